@@ -1,0 +1,204 @@
+//! Energy-based voice activity detection on 10 ms windows.
+//!
+//! The detector tracks a noise floor (fast to fall, slow to rise) and calls a
+//! window "active" when its level is above both an absolute threshold and the
+//! floor plus a margin. Speech starts after `min_speech_ms` of consecutive
+//! active windows and ends after `min_silence_ms` of consecutive inactive
+//! ones. Time is audio time — samples pushed — so the detector gives the same
+//! answer however the audio was chunked or delayed on the wire.
+
+/// Tuning of [`EnergyVad`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VadConfig {
+    /// Windows quieter than this (dB relative to full scale) are never speech.
+    pub threshold_dbfs: f32,
+    /// A window must also be this many dB above the tracked noise floor.
+    pub floor_margin_db: f32,
+    /// Consecutive active audio needed to declare speech started.
+    pub min_speech_ms: u32,
+    /// Consecutive inactive audio needed to declare speech ended.
+    pub min_silence_ms: u32,
+}
+
+impl Default for VadConfig {
+    fn default() -> Self {
+        VadConfig {
+            threshold_dbfs: -45.0,
+            floor_margin_db: 9.0,
+            min_speech_ms: 60,
+            min_silence_ms: 300,
+        }
+    }
+}
+
+/// A speech boundary, stamped in milliseconds of audio since the stream began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VadEvent {
+    /// Speech began at this audio time (the first active window).
+    SpeechStart { at_ms: u64 },
+    /// Speech ended at this audio time (the end of the last active window).
+    SpeechEnd { at_ms: u64 },
+}
+
+/// The detector. Feed it linear samples at the rate given to [`EnergyVad::new`].
+#[derive(Debug, Clone)]
+pub struct EnergyVad {
+    cfg: VadConfig,
+    window: usize,
+    acc: Vec<i16>,
+    windows_seen: u64,
+    noise_floor_db: f32,
+    speaking: bool,
+    active_run: u32,
+    inactive_run: u32,
+    run_start_window: u64,
+    last_active_window: u64,
+}
+
+const WINDOW_MS: u32 = 10;
+
+impl EnergyVad {
+    /// A detector for audio at `sample_rate` Hz.
+    pub fn new(cfg: VadConfig, sample_rate: u32) -> Self {
+        let window = (sample_rate as usize * WINDOW_MS as usize / 1000).max(1);
+        EnergyVad {
+            cfg,
+            window,
+            acc: Vec::with_capacity(window),
+            windows_seen: 0,
+            noise_floor_db: -70.0,
+            speaking: false,
+            active_run: 0,
+            inactive_run: 0,
+            run_start_window: 0,
+            last_active_window: 0,
+        }
+    }
+
+    /// Whether the detector is currently inside speech.
+    pub fn is_speaking(&self) -> bool {
+        self.speaking
+    }
+
+    /// Milliseconds of audio pushed so far (whole windows).
+    pub fn audio_ms(&self) -> u64 {
+        self.windows_seen * u64::from(WINDOW_MS)
+    }
+
+    /// Pushes samples and returns the boundaries they completed.
+    pub fn push(&mut self, samples: &[i16]) -> Vec<VadEvent> {
+        let mut events = Vec::new();
+        for &s in samples {
+            self.acc.push(s);
+            if self.acc.len() == self.window {
+                let level = level_dbfs(&self.acc);
+                self.acc.clear();
+                if let Some(e) = self.on_window(level) {
+                    events.push(e);
+                }
+            }
+        }
+        events
+    }
+
+    fn on_window(&mut self, level_db: f32) -> Option<VadEvent> {
+        let index = self.windows_seen;
+        self.windows_seen += 1;
+        let active = level_db > self.cfg.threshold_dbfs
+            && level_db > self.noise_floor_db + self.cfg.floor_margin_db;
+        self.track_floor(level_db, active);
+        if active {
+            if self.active_run == 0 {
+                self.run_start_window = index;
+            }
+            self.active_run += 1;
+            self.inactive_run = 0;
+            self.last_active_window = index;
+        } else {
+            self.inactive_run += 1;
+            self.active_run = 0;
+        }
+        self.transition()
+    }
+
+    fn transition(&mut self) -> Option<VadEvent> {
+        let ms = |w: u64| w * u64::from(WINDOW_MS);
+        if !self.speaking && self.active_run * WINDOW_MS >= self.cfg.min_speech_ms {
+            self.speaking = true;
+            return Some(VadEvent::SpeechStart {
+                at_ms: ms(self.run_start_window),
+            });
+        }
+        if self.speaking && self.inactive_run * WINDOW_MS >= self.cfg.min_silence_ms {
+            self.speaking = false;
+            return Some(VadEvent::SpeechEnd {
+                at_ms: ms(self.last_active_window + 1),
+            });
+        }
+        None
+    }
+
+    fn track_floor(&mut self, level_db: f32, active: bool) {
+        if level_db < self.noise_floor_db {
+            // Falls fast: a quieter window is better evidence of the floor.
+            self.noise_floor_db = 0.7 * self.noise_floor_db + 0.3 * level_db;
+        } else if !active {
+            // Rises slowly, and only on windows not taken for speech.
+            self.noise_floor_db = 0.98 * self.noise_floor_db + 0.02 * level_db;
+        }
+    }
+}
+
+/// RMS level of a window in dB relative to a full-scale square wave.
+pub fn level_dbfs(samples: &[i16]) -> f32 {
+    if samples.is_empty() {
+        return -120.0;
+    }
+    let energy: f64 = samples.iter().map(|&s| f64::from(s).powi(2)).sum();
+    let rms = (energy / samples.len() as f64).sqrt();
+    (20.0 * (rms.max(1e-3) / 32_768.0).log10()) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::SpeechSynth;
+
+    #[test]
+    fn finds_one_utterance_with_boundaries_near_the_truth() {
+        let mut synth = SpeechSynth::new(8_000, 7);
+        let mut audio = synth.silence(500);
+        audio.extend(synth.utterance(1_200));
+        audio.extend(synth.silence(800));
+        let mut vad = EnergyVad::new(VadConfig::default(), 8_000);
+        let events: Vec<VadEvent> = audio.chunks(160).flat_map(|c| vad.push(c)).collect();
+        assert_eq!(events.len(), 2, "{events:?}");
+        let VadEvent::SpeechStart { at_ms: start } = events[0] else { panic!("{events:?}") };
+        let VadEvent::SpeechEnd { at_ms: end } = events[1] else { panic!("{events:?}") };
+        assert!((480..=560).contains(&start), "start {start}");
+        assert!((1_640..=1_720).contains(&end), "end {end}");
+    }
+
+    #[test]
+    fn steady_noise_is_not_speech() {
+        let mut synth = SpeechSynth::new(8_000, 3);
+        let noise = synth.noise(3_000, -50.0);
+        let mut vad = EnergyVad::new(VadConfig::default(), 8_000);
+        assert!(vad.push(&noise).is_empty());
+    }
+
+    #[test]
+    fn the_same_audio_in_other_chunks_gives_the_same_events() {
+        let mut synth = SpeechSynth::new(16_000, 11);
+        let mut audio = synth.utterance(700);
+        audio.extend(synth.silence(600));
+        audio.extend(synth.utterance(900));
+        audio.extend(synth.silence(600));
+        let mut a = EnergyVad::new(VadConfig::default(), 16_000);
+        let mut b = EnergyVad::new(VadConfig::default(), 16_000);
+        let ea = a.push(&audio);
+        let eb: Vec<VadEvent> = audio.chunks(123).flat_map(|c| b.push(c)).collect();
+        assert_eq!(ea, eb);
+        assert_eq!(ea.len(), 4);
+    }
+}
