@@ -1,0 +1,209 @@
+//! The gate handle: configuration, admission calls, drain, health marks, snapshots.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::capacity::{Capacity, CapacitySetting, Ceilings};
+use crate::error::{Dependency, Rejection};
+use crate::permit::Permit;
+use crate::snapshot::GateSnapshot;
+use crate::state::{Enqueued, State, Wakeups};
+use crate::ticket::Ticket;
+
+/// Everything the gate needs to decide; hot-reloadable with [`Gate::set_config`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateConfig {
+    /// Auto (from ceilings, minus headroom) or pinned.
+    pub capacity: CapacitySetting,
+    /// The four resource ceilings.
+    pub ceilings: Ceilings,
+    /// Most waiters the FIFO queue holds. When it is full, `enqueue` rejects at
+    /// once with `QueueFull`; 0 means no waiting at all.
+    pub queue_max: usize,
+    /// How long a waiter may wait (capped at [`crate::MAX_QUEUE_TIMEOUT`]). After
+    /// that it is rejected with `QueueTimeout`.
+    pub queue_timeout: Duration,
+}
+
+/// State shared by the gate handles, permits and tickets.
+///
+/// One `Mutex` around everything: admissions are rare events (thousands per
+/// second at the very most, against calls that last minutes), so a lock held for
+/// a few hundred nanoseconds is nowhere near contention, and one lock makes the
+/// invariants (FIFO order, `active <= capacity` at admission, exactly-once
+/// release) easy to see and to test.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    state: Mutex<State>,
+}
+
+impl Shared {
+    /// Runs `f` under the lock, then wakes the collected wakers with the lock
+    /// released: a woken task may poll at once and must not find the lock held.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut State, &mut Wakeups) -> R) -> R {
+        let mut wake = Wakeups::new();
+        let result = {
+            let mut state = self.lock();
+            f(&mut state, &mut wake)
+        };
+        for waker in wake {
+            waker.wake();
+        }
+        result
+    }
+
+    /// A panic while the lock was held must not take the server down with it:
+    /// the state is only mutated in short sequences with nothing that panics, so
+    /// recover the guard and keep counting.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The admission gate. Cheap to clone: all clones share one state.
+///
+/// Methods are grouped as getters (`capacity`, `config`, `is_draining`,
+/// `snapshot`), admissions (`try_admit`, `enqueue`), timer input (`expire_due`)
+/// and commands (`set_config`, `start_drain`, `mark_dependency`).
+#[derive(Debug, Clone)]
+pub struct Gate {
+    shared: Arc<Shared>,
+}
+
+impl Gate {
+    /// A gate with capacity derived from `cfg`, nothing active, nothing queued.
+    #[must_use]
+    pub fn new(cfg: GateConfig, now: Instant) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State::new(cfg, now)),
+            }),
+        }
+    }
+
+    /// The current capacity and its decider.
+    #[must_use]
+    pub fn capacity(&self) -> Capacity {
+        self.shared.with(|s, _| s.capacity())
+    }
+
+    /// The configuration in force.
+    #[must_use]
+    pub fn config(&self) -> GateConfig {
+        self.shared.with(|s, _| s.config().clone())
+    }
+
+    /// True once [`Gate::start_drain`] was called.
+    #[must_use]
+    pub fn is_draining(&self) -> bool {
+        self.shared.with(|s, _| s.is_draining())
+    }
+
+    /// Counters and state at this moment.
+    #[must_use]
+    pub fn snapshot(&self) -> GateSnapshot {
+        self.shared.with(|s, _| s.snapshot())
+    }
+
+    /// Admits now if a slot is free *and nobody is queued* (no jumping the
+    /// queue).
+    ///
+    /// # Errors
+    /// `Draining`, `DependencyDown(dep)`, or `AtCapacity` (no free slot, or
+    /// waiters ahead); `waited` is zero.
+    pub fn try_admit(&self, now: Instant) -> Result<Permit, Rejection> {
+        let grant = self.shared.with(|s, wake| s.try_admit(now, wake))?;
+        Ok(Permit::new(Arc::clone(&self.shared), grant))
+    }
+
+    /// Admits now if possible (the ticket is then already granted), else joins
+    /// the FIFO queue. Await the ticket for the outcome; call
+    /// [`Ticket::expire`] when the timer for [`Ticket::deadline`] fires.
+    ///
+    /// # Errors
+    /// Immediately, with zero `waited`: `Draining`, `DependencyDown(dep)`, or
+    /// `QueueFull` when `queue_max` waiters are already queued.
+    pub fn enqueue(&self, now: Instant) -> Result<Ticket, Rejection> {
+        let outcome = self.shared.with(|s, wake| s.enqueue(now, wake))?;
+        let shared = Arc::clone(&self.shared);
+        Ok(match outcome {
+            Enqueued::Admitted { grant, deadline } => {
+                let permit = Permit::new(Arc::clone(&shared), grant);
+                Ticket::granted(shared, permit, deadline)
+            }
+            Enqueued::Queued { id, deadline } => Ticket::queued(shared, id, deadline),
+        })
+    }
+
+    /// Rejects, with `QueueTimeout`, every waiter whose deadline is at or before
+    /// `now`, and wakes them. Returns how many. For servers that run one gate
+    /// timer instead of one per ticket; every other call taking `now` does this
+    /// too, so a stale waiter never takes a slot.
+    pub fn expire_due(&self, now: Instant) -> usize {
+        self.shared.with(|s, wake| s.expire_due(now, wake))
+    }
+
+    /// Hot reload: recomputes capacity. Raising it grants queued waiters at once;
+    /// lowering it below `active` ends nothing, it only stops admission until
+    /// `active` falls below the new capacity. Queued waiters keep their place and
+    /// deadline.
+    pub fn set_config(&self, cfg: GateConfig, now: Instant) {
+        self.shared.with(|s, wake| s.set_config(cfg, now, wake));
+    }
+
+    /// From now on every admission is rejected with `Draining`, and every queued
+    /// waiter is woken with `Draining`. A slot granted to a waiter whose ticket
+    /// has not collected it yet is taken back (that ticket also gets `Draining`),
+    /// so no permit appears after this call. Live permits are untouched and
+    /// release normally. Idempotent; there is no way back (a drained instance restarts).
+    pub fn start_drain(&self, now: Instant) {
+        self.shared.with(|s, wake| s.start_drain(now, wake));
+    }
+
+    /// Records a dependency's health, from the server's health checks. While any
+    /// dependency is down, admissions are rejected with `DependencyDown(dep)` (the
+    /// first down in db, stt, tts, dialog order), and marking one down fails every
+    /// queued waiter at once. Marking it up resumes grants to new waiters.
+    pub fn mark_dependency(&self, dep: Dependency, up: bool, now: Instant) {
+        self.shared
+            .with(|s, wake| s.mark_dependency(dep, up, now, wake));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(calls: u32) -> GateConfig {
+        GateConfig {
+            capacity: CapacitySetting::Pinned(calls),
+            ceilings: Ceilings::default(),
+            queue_max: 4,
+            queue_timeout: Duration::from_secs(2),
+        }
+    }
+
+    #[test]
+    fn poisoned_lock_is_recovered_and_counting_continues() {
+        let t0 = Instant::now();
+        let gate = Gate::new(config(2), t0);
+        let held = gate.try_admit(t0).unwrap();
+        let shared = Arc::clone(&gate.shared);
+        let poisoned = std::thread::spawn(move || {
+            let _guard = shared.state.lock().unwrap();
+            panic!("poison the gate lock on purpose");
+        })
+        .join();
+        assert!(poisoned.is_err());
+        assert!(gate.shared.state.is_poisoned());
+
+        let second = gate.try_admit(t0).unwrap();
+        assert_eq!(gate.snapshot().active, 2);
+        drop(held);
+        drop(second);
+        let snap = gate.snapshot();
+        assert_eq!(snap.active, 0);
+        assert_eq!(snap.admitted_total, 2);
+        assert_eq!(snap.released_total, 2);
+    }
+}

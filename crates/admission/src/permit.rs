@@ -1,0 +1,101 @@
+//! The RAII permit: holding it is holding one call slot.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::gate::Shared;
+use crate::state::Grant;
+
+/// Identifies one admission request from enqueue to release, for logs
+/// ("queued as 17 … admitted 17 … released 17"). Unique per gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PermitId(pub(crate) u64);
+
+impl PermitId {
+    /// The raw number, for structured log fields.
+    #[must_use]
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for PermitId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// One admitted call's slot. Move it into the call actor; the slot is freed when
+/// it drops, on every exit path (hang-up, error, panic unwind, task
+/// cancellation), exactly once, and the next queued waiter gets it.
+///
+/// Deliberately not `Clone`: two owners of one slot is how capacity leaks.
+#[must_use = "dropping a Permit frees the call slot at once"]
+pub struct Permit {
+    /// `Some` until the slot is released; `take()` makes release exactly-once
+    /// whether it happens in [`Permit::release`] or in `Drop`.
+    gate: Option<Arc<Shared>>,
+    id: PermitId,
+    admitted_at: Instant,
+    waited: Duration,
+}
+
+impl Permit {
+    pub(crate) fn new(gate: Arc<Shared>, grant: Grant) -> Self {
+        Self {
+            gate: Some(gate),
+            id: grant.id,
+            admitted_at: grant.admitted_at,
+            waited: grant.waited,
+        }
+    }
+
+    /// This admission's id.
+    #[must_use]
+    pub const fn id(&self) -> PermitId {
+        self.id
+    }
+
+    /// When the slot was granted.
+    #[must_use]
+    pub const fn admitted_at(&self) -> Instant {
+        self.admitted_at
+    }
+
+    /// Time spent queued before the grant (zero for an immediate admission). A
+    /// waiter granted by a `Drop` is stamped with the latest time the gate had
+    /// seen, which may be slightly early.
+    #[must_use]
+    pub const fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// Frees the slot now, telling the gate the time so the next waiter's grant is
+    /// stamped exactly. Dropping the permit does the same with the gate's last
+    /// known time.
+    pub fn release(mut self, now: Instant) {
+        if let Some(gate) = self.gate.take() {
+            gate.with(|s, wake| s.release_slot(Some(now), wake));
+        }
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let Some(gate) = self.gate.take() {
+            gate.with(|s, wake| s.release_slot(None, wake));
+        }
+    }
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("id", &self.id)
+            .field("admitted_at", &self.admitted_at)
+            .field("waited", &self.waited)
+            .field("released", &self.gate.is_none())
+            .finish()
+    }
+}

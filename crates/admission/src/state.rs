@@ -1,0 +1,438 @@
+//! The decision core: slots, the FIFO queue and the counters, with no locking and
+//! no waking of its own.
+//!
+//! Every method that resolves a waiter pushes the waiter's `Waker` into a
+//! caller-supplied list; the caller wakes them after releasing the lock (see
+//! `Shared::with` in `gate.rs`).
+
+use std::collections::{HashMap, VecDeque};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use crate::capacity::Capacity;
+use crate::error::{Dependency, RejectReason, Rejection};
+use crate::gate::GateConfig;
+use crate::permit::PermitId;
+use crate::snapshot::{GateSnapshot, RejectCounts};
+
+/// Wakers collected under the lock, woken after it is released.
+pub(crate) type Wakeups = Vec<Waker>;
+
+/// A slot handed out: what a [`crate::Permit`] is built from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Grant {
+    pub(crate) id: PermitId,
+    pub(crate) admitted_at: Instant,
+    pub(crate) waited: Duration,
+}
+
+/// How a queued waiter ended, kept until its ticket collects it.
+#[derive(Debug)]
+pub(crate) enum Resolution {
+    Granted(Grant),
+    Rejected(Rejection),
+}
+
+/// What `enqueue` did.
+pub(crate) enum Enqueued {
+    /// A slot was free and nobody was waiting: admitted on the spot.
+    Admitted { grant: Grant, deadline: Instant },
+    /// Joined the queue under this id.
+    Queued { id: PermitId, deadline: Instant },
+}
+
+/// What a ticket finds when it looks for its outcome.
+pub(crate) enum Lookup {
+    Waiting,
+    Resolved(Resolution),
+    /// Neither queued nor resolved: the ticket's record is gone (a bug).
+    Missing,
+}
+
+/// Longest wait a queue deadline is set for, whatever the config says: every wait
+/// has a deadline, and this keeps `Instant` arithmetic far from overflow.
+pub const MAX_QUEUE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// `now + timeout`, with the timeout capped at [`MAX_QUEUE_TIMEOUT`].
+pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
+    // Adding at most an hour cannot overflow on any real clock; if it somehow
+    // did, an immediate deadline fails loudly rather than waiting forever.
+    now.checked_add(timeout.min(MAX_QUEUE_TIMEOUT))
+        .unwrap_or(now)
+}
+
+#[derive(Debug)]
+struct Waiter {
+    id: PermitId,
+    enqueued_at: Instant,
+    deadline: Instant,
+    waker: Option<Waker>,
+}
+
+#[derive(Debug)]
+pub(crate) struct State {
+    config: GateConfig,
+    capacity: Capacity,
+    /// Slots held. Only `grant` raises it and only `release_slot` lowers it.
+    active: u32,
+    max_active: u32,
+    draining: bool,
+    /// Indexed by [`Dependency::index`].
+    down: [bool; 4],
+    /// The latest `now` any caller has shown us. `Drop` impls have no `now`; they
+    /// use this instead, which is never later than the real time.
+    clock: Instant,
+    next_id: u64,
+    /// FIFO of waiters, at most `config.queue_max` long (a full queue rejects at
+    /// once with `QueueFull`). Lookups are linear: the queue is short by design.
+    queue: VecDeque<Waiter>,
+    /// Outcomes not yet collected by their ticket. At most one per live ticket:
+    /// each entry is removed when its ticket is polled to completion, expired or
+    /// dropped.
+    resolved: HashMap<PermitId, Resolution>,
+    admitted_total: u64,
+    released_total: u64,
+    cancelled_total: u64,
+    rejected: RejectCounts,
+}
+
+impl State {
+    pub(crate) fn new(config: GateConfig, now: Instant) -> Self {
+        Self {
+            capacity: Capacity::derive(config.capacity, &config.ceilings),
+            config,
+            active: 0,
+            max_active: 0,
+            draining: false,
+            down: [false; 4],
+            clock: now,
+            next_id: 1,
+            queue: VecDeque::new(),
+            resolved: HashMap::new(),
+            admitted_total: 0,
+            released_total: 0,
+            cancelled_total: 0,
+            rejected: RejectCounts::default(),
+        }
+    }
+
+    pub(crate) fn capacity(&self) -> Capacity {
+        self.capacity
+    }
+
+    pub(crate) fn config(&self) -> &GateConfig {
+        &self.config
+    }
+
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining
+    }
+
+    /// Advances the internal clock; earlier times than already seen are ignored.
+    fn observe(&mut self, now: Instant) -> Instant {
+        self.clock = self.clock.max(now);
+        self.clock
+    }
+
+    fn allocate_id(&mut self) -> PermitId {
+        let id = PermitId(self.next_id);
+        self.next_id = self.next_id.wrapping_add(1);
+        id
+    }
+
+    /// A standing refusal that applies to everyone, before capacity is considered.
+    fn refusal(&self) -> Option<RejectReason> {
+        if self.draining {
+            return Some(RejectReason::Draining);
+        }
+        Dependency::ALL
+            .into_iter()
+            .find(|dep| self.down[dep.index()])
+            .map(RejectReason::DependencyDown)
+    }
+
+    fn has_free_slot(&self) -> bool {
+        self.active < self.capacity.calls
+    }
+
+    /// Takes a slot. Callers check `has_free_slot` first, so `active <= capacity`
+    /// holds right after every admission.
+    fn grant(&mut self, id: PermitId, requested_at: Instant, now: Instant) -> Grant {
+        self.active = self.active.saturating_add(1);
+        self.max_active = self.max_active.max(self.active);
+        self.admitted_total = self.admitted_total.saturating_add(1);
+        Grant {
+            id,
+            admitted_at: now,
+            waited: now.saturating_duration_since(requested_at),
+        }
+    }
+
+    fn reject(&mut self, reason: RejectReason, waited: Duration) -> Rejection {
+        self.rejected.record(reason);
+        Rejection {
+            reason,
+            waited,
+            active: self.active,
+            capacity: self.capacity.calls,
+            queued: self.queue.len(),
+        }
+    }
+
+    /// The shared front half of `try_admit` and `enqueue`: time out overdue
+    /// waiters, apply standing refusals, and admit at once if a slot is free and
+    /// nobody is waiting (FIFO fairness). `Ok(None)`: the caller must wait.
+    fn admit_at_once(
+        &mut self,
+        now: Instant,
+        wake: &mut Wakeups,
+    ) -> Result<Option<Grant>, Rejection> {
+        self.expire_due(now, wake);
+        if let Some(reason) = self.refusal() {
+            return Err(self.reject(reason, Duration::ZERO));
+        }
+        if self.has_free_slot() && self.queue.is_empty() {
+            let id = self.allocate_id();
+            return Ok(Some(self.grant(id, now, now)));
+        }
+        Ok(None)
+    }
+
+    pub(crate) fn try_admit(
+        &mut self,
+        now: Instant,
+        wake: &mut Wakeups,
+    ) -> Result<Grant, Rejection> {
+        let now = self.observe(now);
+        match self.admit_at_once(now, wake)? {
+            Some(grant) => Ok(grant),
+            None => Err(self.reject(RejectReason::AtCapacity, Duration::ZERO)),
+        }
+    }
+
+    pub(crate) fn enqueue(
+        &mut self,
+        now: Instant,
+        wake: &mut Wakeups,
+    ) -> Result<Enqueued, Rejection> {
+        let now = self.observe(now);
+        let deadline = deadline_after(now, self.config.queue_timeout);
+        if let Some(grant) = self.admit_at_once(now, wake)? {
+            return Ok(Enqueued::Admitted { grant, deadline });
+        }
+        if self.queue.len() >= self.config.queue_max {
+            return Err(self.reject(RejectReason::QueueFull, Duration::ZERO));
+        }
+        let id = self.allocate_id();
+        self.queue.push_back(Waiter {
+            id,
+            enqueued_at: now,
+            deadline,
+            waker: None,
+        });
+        Ok(Enqueued::Queued { id, deadline })
+    }
+
+    /// Looks up a queued ticket's outcome; while it still waits, stores `waker`.
+    pub(crate) fn poll_ticket(&mut self, id: PermitId, waker: &Waker) -> Lookup {
+        if let Some(resolution) = self.resolved.remove(&id) {
+            return Lookup::Resolved(resolution);
+        }
+        match self.queue.iter_mut().find(|w| w.id == id) {
+            Some(waiter) => {
+                match &mut waiter.waker {
+                    Some(old) if old.will_wake(waker) => {}
+                    slot => *slot = Some(waker.clone()),
+                }
+                Lookup::Waiting
+            }
+            None => Lookup::Missing,
+        }
+    }
+
+    /// The server's timer fired for this ticket: take its outcome if it was
+    /// resolved in the meantime, else remove it and reject with `QueueTimeout`.
+    pub(crate) fn expire_ticket(&mut self, id: PermitId, now: Instant) -> Option<Resolution> {
+        let now = self.observe(now);
+        if let Some(resolution) = self.resolved.remove(&id) {
+            return Some(resolution);
+        }
+        let pos = self.queue.iter().position(|w| w.id == id)?;
+        let waiter = self.queue.remove(pos)?;
+        let waited = now.saturating_duration_since(waiter.enqueued_at);
+        Some(Resolution::Rejected(
+            self.reject(RejectReason::QueueTimeout, waited),
+        ))
+    }
+
+    /// The ticket was dropped. A waiter leaves the queue; a grant it never claimed
+    /// goes back, and the slot passes to the next waiter.
+    pub(crate) fn cancel_ticket(&mut self, id: PermitId, wake: &mut Wakeups) {
+        if let Some(pos) = self.queue.iter().position(|w| w.id == id) {
+            self.queue.remove(pos);
+            self.cancelled_total = self.cancelled_total.saturating_add(1);
+            return;
+        }
+        if let Some(Resolution::Granted(_)) = self.resolved.remove(&id) {
+            self.release_slot(None, wake);
+        }
+    }
+
+    /// Frees one slot (a permit dropped, or an unclaimed grant cancelled) and
+    /// hands free slots to waiters in FIFO order.
+    pub(crate) fn release_slot(&mut self, now: Option<Instant>, wake: &mut Wakeups) {
+        self.free_slot();
+        let now = match now {
+            Some(now) => self.observe(now),
+            None => self.clock,
+        };
+        self.pump(now, wake);
+    }
+
+    fn free_slot(&mut self) {
+        // Saturating: even a bookkeeping bug must never wrap `active` around.
+        self.active = self.active.saturating_sub(1);
+        self.released_total = self.released_total.saturating_add(1);
+    }
+
+    /// Grants queued waiters, oldest first, while slots are free and nothing
+    /// refuses admission. Expired waiters are rejected first so a stale waiter
+    /// never takes a slot.
+    fn pump(&mut self, now: Instant, wake: &mut Wakeups) {
+        self.expire_due(now, wake);
+        if self.refusal().is_some() {
+            return;
+        }
+        while self.has_free_slot() {
+            let Some(waiter) = self.queue.pop_front() else {
+                break;
+            };
+            let grant = self.grant(waiter.id, waiter.enqueued_at, now);
+            self.resolved.insert(waiter.id, Resolution::Granted(grant));
+            wake.extend(waiter.waker);
+        }
+    }
+
+    /// Rejects every waiter whose deadline is at or before `now` with
+    /// `QueueTimeout`. Returns how many.
+    pub(crate) fn expire_due(&mut self, now: Instant, wake: &mut Wakeups) -> usize {
+        let now = self.observe(now);
+        let before = self.queue.len();
+        if self.queue.iter().all(|w| w.deadline > now) {
+            return 0;
+        }
+        let (due, keep): (VecDeque<Waiter>, VecDeque<Waiter>) = std::mem::take(&mut self.queue)
+            .into_iter()
+            .partition(|w| w.deadline <= now);
+        self.queue = keep;
+        for waiter in due {
+            self.resolve_rejected(waiter, RejectReason::QueueTimeout, now, wake);
+        }
+        before - self.queue.len()
+    }
+
+    fn resolve_rejected(
+        &mut self,
+        waiter: Waiter,
+        reason: RejectReason,
+        now: Instant,
+        wake: &mut Wakeups,
+    ) {
+        let waited = now.saturating_duration_since(waiter.enqueued_at);
+        let rejection = self.reject(reason, waited);
+        self.resolved
+            .insert(waiter.id, Resolution::Rejected(rejection));
+        wake.extend(waiter.waker);
+    }
+
+    /// Rejects every queued waiter with `reason` (drain, dependency down).
+    fn reject_all_queued(&mut self, reason: RejectReason, now: Instant, wake: &mut Wakeups) {
+        while let Some(waiter) = self.queue.pop_front() {
+            self.resolve_rejected(waiter, reason, now, wake);
+        }
+    }
+
+    pub(crate) fn set_config(&mut self, config: GateConfig, now: Instant, wake: &mut Wakeups) {
+        let now = self.observe(now);
+        self.capacity = Capacity::derive(config.capacity, &config.ceilings);
+        // Queued waiters keep their place and deadline even if `queue_max` or
+        // `queue_timeout` shrank: reload ends nothing, it only shapes what comes next.
+        self.config = config;
+        self.pump(now, wake);
+    }
+
+    pub(crate) fn start_drain(&mut self, now: Instant, wake: &mut Wakeups) {
+        let now = self.observe(now);
+        self.draining = true;
+        self.reject_all_queued(RejectReason::Draining, now, wake);
+        self.revoke_unclaimed_grants(now);
+    }
+
+    /// Turns grants no ticket has collected yet into `Draining` rejections and
+    /// frees their slots, so no permit comes into existence after a drain
+    /// starts. Their tickets were already woken by the grant.
+    fn revoke_unclaimed_grants(&mut self, now: Instant) {
+        let unclaimed: Vec<PermitId> = self
+            .resolved
+            .iter()
+            .filter_map(|(id, r)| matches!(r, Resolution::Granted(_)).then_some(*id))
+            .collect();
+        for id in unclaimed {
+            if let Some(Resolution::Granted(grant)) = self.resolved.remove(&id) {
+                self.free_slot();
+                let waited = grant.waited + now.saturating_duration_since(grant.admitted_at);
+                let rejection = self.reject(RejectReason::Draining, waited);
+                self.resolved.insert(id, Resolution::Rejected(rejection));
+            }
+        }
+    }
+
+    /// A down dependency fails queued waiters at once: they could not be set up
+    /// anyway, and the overflow path beats waiting out the queue timeout.
+    pub(crate) fn mark_dependency(
+        &mut self,
+        dep: Dependency,
+        up: bool,
+        now: Instant,
+        wake: &mut Wakeups,
+    ) {
+        let now = self.observe(now);
+        self.down[dep.index()] = !up;
+        if up {
+            self.pump(now, wake);
+        } else {
+            self.reject_all_queued(RejectReason::DependencyDown(dep), now, wake);
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> GateSnapshot {
+        GateSnapshot {
+            capacity: self.capacity.calls,
+            decided_by: self.capacity.decided_by,
+            active: self.active,
+            max_active: self.max_active,
+            queued: self.queue.len(),
+            draining: self.draining,
+            dependencies_down: Dependency::ALL
+                .into_iter()
+                .filter(|dep| self.down[dep.index()])
+                .collect(),
+            admitted_total: self.admitted_total,
+            released_total: self.released_total,
+            cancelled_total: self.cancelled_total,
+            rejected_total: self.rejected,
+        }
+    }
+
+    /// A rejection for a ticket whose record vanished or that was polled after
+    /// completing. Not counted: it is a bug report, not an admission decision.
+    pub(crate) fn internal_rejection(&self) -> Rejection {
+        Rejection {
+            reason: RejectReason::Internal,
+            waited: Duration::ZERO,
+            active: self.active,
+            capacity: self.capacity.calls,
+            queued: self.queue.len(),
+        }
+    }
+}
