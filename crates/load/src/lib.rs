@@ -1,1 +1,154 @@
-//! placeholder
+//! `callgate-load` — `callgate load`: scripted Twilio-protocol callers that
+//! measure what a caller would actually hear.
+//!
+//! What it is: an independent implementation of *Twilio's* side of a
+//! bidirectional Media Stream. Each call dials `ws://host:port/v1/media-stream`
+//! (signed with `X-Twilio-Signature` when a token is set), sends `connected`,
+//! `start` and a 20 ms `media` frame for the whole call, plays the server's
+//! audio through a simulated phone buffer, echoes marks when playout reaches
+//! them, and follows a script: greeting → (think, speak, await reply) × N →
+//! `stop`. It records per call how it ended ([`Outcome`]), time to first
+//! audio, reply latencies and the longest *owed silence* — dead air while the
+//! caller was waiting for something — and flags a call `Silent` when that
+//! exceeds the threshold.
+//!
+//! What it never does: share code with the server (it does not depend on the
+//! `callgate` crate), trust the server's view of a call, or wait without a
+//! deadline. The protocol logic is a sans-IO state machine ([`Caller`]) with
+//! no socket and no clock; the async shell only moves bytes and sleeps.
+//!
+//! Mark names carry meaning (the server's convention): `turn-<n>` ends a bot
+//! turn; `callgate-overflow:<reason>`, `callgate-transfer:<reason>` and
+//! `callgate-end:<reason>` end the call's conversation, after which the server
+//! must close the socket.
+//!
+//! How to drive it:
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use callgate_load::{Arrival, LoadConfig, run};
+//!
+//! let report = run(LoadConfig {
+//!     url: "ws://127.0.0.1:8080/v1/media-stream".into(),
+//!     calls: 50,
+//!     arrival: Arrival::Rate { per_second: 5.0 },
+//!     ..LoadConfig::default()
+//! })
+//! .await;
+//! report.print_table(&mut std::io::stdout())?;
+//! report.write_json(std::path::Path::new("load.json"))?;
+//! assert!(!report.has_failures());
+//! # Ok(()) }
+//! ```
+
+pub mod arrival;
+pub mod caller;
+pub mod cli;
+pub mod config;
+pub mod connect;
+pub mod driver;
+pub mod error;
+pub mod ids;
+pub mod playout;
+pub mod progress;
+pub mod record;
+pub mod report;
+pub mod wire;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+pub use arrival::Arrival;
+pub use caller::{CallPlan, Caller, Transmit, TurnPlan};
+pub use config::LoadConfig;
+pub use error::{ErrorSource, LoadError};
+pub use ids::{AccountSid, CallIds, CallSid, StreamSid};
+pub use record::{CallRecord, Outcome};
+pub use report::{LoadReport, Percentiles, Summary};
+
+use driver::Dial;
+use progress::Progress;
+
+/// Places every call of `cfg` and reports what each caller heard.
+///
+/// Never panics on a bad server: every failure becomes a call's outcome. An
+/// invalid configuration fails every call with the reason (the CLI checks
+/// [`LoadConfig::validate`] first).
+pub async fn run(cfg: LoadConfig) -> LoadReport {
+    let started = Instant::now();
+    let account = AccountSid::random();
+    if let Err(err) = cfg.validate() {
+        let calls = (0..cfg.calls)
+            .map(|i| {
+                let mut caller = Caller::new(cfg.plan(i, account));
+                caller.handle_connect_error(Duration::ZERO, &err);
+                caller.into_record(Duration::ZERO)
+            })
+            .collect();
+        return LoadReport::new(calls, started.elapsed());
+    }
+    connect::ensure_crypto_provider();
+    let progress = Progress::new(cfg.calls);
+    let display = cfg
+        .progress
+        .then(|| tokio::spawn(Arc::clone(&progress).display()));
+    let calls = place_all(&cfg, account, started, &progress).await;
+    if let Some(display) = display {
+        display.abort();
+        progress.draw(true);
+    }
+    LoadReport::new(calls, started.elapsed())
+}
+
+async fn place_all(
+    cfg: &LoadConfig,
+    account: AccountSid,
+    t0: Instant,
+    progress: &Arc<Progress>,
+) -> Vec<CallRecord> {
+    let limit = Arc::new(Semaphore::new(cfg.in_flight_limit()));
+    let dial = Arc::new(Dial {
+        url: cfg.url.clone(),
+        auth_token: cfg.auth_token.clone(),
+    });
+    let mut tasks = JoinSet::new();
+    // Kept to record a call whose task died (it cannot report itself).
+    let mut plans = HashMap::with_capacity(cfg.calls);
+    for index in 0..cfg.calls {
+        let plan = cfg.plan(index, account);
+        let at = t0 + cfg.arrival.offset(index);
+        let (limit, dial, progress) = (Arc::clone(&limit), Arc::clone(&dial), Arc::clone(progress));
+        let task_plan = plan.clone();
+        let handle = tasks.spawn(async move {
+            tokio::time::sleep_until(at).await;
+            // The semaphore is never closed; if it were, the call would run
+            // unlimited rather than not at all.
+            let _permit = limit.acquire_owned().await.ok();
+            driver::place_call(task_plan, &dial, &progress).await
+        });
+        plans.insert(handle.id(), plan);
+    }
+    let mut calls = Vec::with_capacity(cfg.calls);
+    while let Some(joined) = tasks.join_next_with_id().await {
+        match joined {
+            Ok((_, record)) => calls.push(record),
+            Err(err) => {
+                tracing::error!(%err, "call task died");
+                if let Some(plan) = plans.remove(&err.id()) {
+                    let mut record = Caller::new(plan).into_record(t0.elapsed());
+                    record.outcome = Outcome::Failed {
+                        reason: format!("call task died: {err}"),
+                    };
+                    progress.call_finished(&record.outcome);
+                    calls.push(record);
+                }
+            }
+        }
+    }
+    calls
+}

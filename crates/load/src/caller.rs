@@ -1,0 +1,769 @@
+//! The sans-IO caller: Twilio's side of one call, as a state machine.
+//!
+//! Inputs are the connection result, server text frames, the server's close
+//! and the passing of time; outputs are frames to send ([`Caller::poll_transmit`])
+//! and the next instant it needs to be woken ([`Caller::poll_timeout`]). It
+//! owns the 20 ms media clock, the playout buffer, mark echoes, the script
+//! and the owed-silence accounting. It never reads a clock: every `now` is the
+//! time since the call was dialled, so tests run it on a virtual clock.
+//!
+//! Polling order for a driver: feed one input (or `handle_timeout`), then drain
+//! `poll_transmit` until `None`, then stop if [`Caller::is_done`], else sleep
+//! until `poll_timeout`.
+//!
+//! Owed silence: while the caller waits for the greeting, for a reply, for a
+//! bot turn's closing mark, or for the close after a terminal mark, every
+//! stretch in which nothing plays is measured. A stretch longer than the
+//! silence threshold makes the call [`Outcome::Silent`]; the caller waits at
+//! most [`SILENCE_GRACE`] past the threshold to see how long it really was.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use media::g711;
+use media::synth::SpeechSynth;
+
+use crate::error::LoadError;
+use crate::ids::CallIds;
+use crate::playout::{PendingMark, Playout};
+use crate::record::{CallRecord, Outcome};
+use crate::wire::{self, FRAME_BYTES, ServerEvent};
+
+#[cfg(test)]
+mod tests;
+
+/// One media frame.
+pub const FRAME: Duration = Duration::from_millis(20);
+
+/// How long past the silence threshold a silent call is still watched, so
+/// the record says how long the dead air really lasted (a reply at 3.4 s
+/// reads differently from no reply at all).
+pub const SILENCE_GRACE: Duration = Duration::from_secs(1);
+
+/// How late the media clock may run before frames are skipped instead of
+/// sent in a burst. Past this the load generator is overloaded; skipped
+/// frames are counted so a report can say so.
+pub const MAX_FRAME_LAG: Duration = Duration::from_millis(200);
+
+/// Mark name prefixes that carry meaning (the server's convention).
+const TURN_PREFIX: &str = "turn-";
+const OVERFLOW_PREFIX: &str = "callgate-overflow:";
+const TRANSFER_PREFIX: &str = "callgate-transfer:";
+const END_PREFIX: &str = "callgate-end:";
+
+/// What one call will do, drawn before it is dialled.
+#[derive(Debug, Clone)]
+pub struct CallPlan {
+    pub index: usize,
+    pub ids: CallIds,
+    pub custom_parameters: Vec<(String, String)>,
+    /// One entry per utterance, in order.
+    pub turns: Vec<TurnPlan>,
+    pub silence_threshold: Duration,
+    /// Hard limit from dialling to the end of the call.
+    pub call_timeout: Duration,
+    /// Seed of the caller's synthetic voice.
+    pub voice_seed: u64,
+}
+
+/// One caller turn: a pause after the bot finished, then speech.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TurnPlan {
+    pub think: Duration,
+    pub speech_ms: u32,
+}
+
+/// A frame for the driver to put on the socket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transmit {
+    /// A JSON text frame.
+    Text(String),
+    /// Close the socket (after sending everything before it).
+    Close,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BotTurn {
+    Greeting,
+    /// The reply to utterance `n` (1-based).
+    Reply(usize),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TerminalKind {
+    Overflow,
+    Transfer,
+    End,
+}
+
+impl TerminalKind {
+    fn name(self) -> &'static str {
+        match self {
+            TerminalKind::Overflow => "overflow",
+            TerminalKind::Transfer => "transfer",
+            TerminalKind::End => "end",
+        }
+    }
+}
+
+/// What an echoed mark means to the script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MarkRole {
+    Plain,
+    /// Ends the bot turn being waited for.
+    TurnEnd,
+    /// Ends an overflow/transfer/end prompt.
+    Terminal,
+}
+
+#[derive(Debug)]
+enum Stage {
+    Dialing,
+    /// A bot turn is owed; `audio_seen` once its first frame arrived.
+    AwaitBot {
+        turn: BotTurn,
+        audio_seen: bool,
+    },
+    /// Pausing before utterance `next` (0-based).
+    Thinking {
+        next: usize,
+        until: Duration,
+    },
+    Speaking {
+        utterance: usize,
+        audio: Vec<u8>,
+        pos: usize,
+    },
+    /// A terminal mark arrived; the prompt plays, then the server must close.
+    Terminal(Terminal),
+    Done,
+}
+
+#[derive(Debug)]
+struct Terminal {
+    kind: TerminalKind,
+    reason: String,
+    received_at: Duration,
+    audio_seen: bool,
+    echoed: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Timer {
+    // Declaration order breaks ties: a mark due at the same instant as the
+    // silence deadline is echoed first.
+    Mark,
+    Silence,
+    Deadline,
+    Frame,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    connect: Option<Duration>,
+    first_audio: Option<Duration>,
+    reply_latency: Vec<Duration>,
+    max_owed: Duration,
+    utterances_sent: usize,
+    replies_heard: usize,
+    marks_echoed: u64,
+    unknown_events: u64,
+    malformed_events: u64,
+    frames_sent: u64,
+    frames_skipped: u64,
+    max_lag: Duration,
+}
+
+#[derive(Debug)]
+struct Finish {
+    outcome: Outcome,
+    end_reason: String,
+    at: Duration,
+}
+
+/// Twilio's side of one call. See the module docs for the polling order.
+#[derive(Debug)]
+pub struct Caller {
+    plan: CallPlan,
+    voice: SpeechSynth,
+    stage: Stage,
+    playout: Playout<MarkRole>,
+    /// Frames for the driver. Bounded in practice: one `advance` emits at
+    /// most `MAX_FRAME_LAG / FRAME` media frames plus one echo per pending
+    /// mark (itself bounded), and the driver drains it after every input.
+    outbox: VecDeque<Transmit>,
+    /// Last `sequenceNumber` used (`start` is 1).
+    seq: u64,
+    started_at: Duration,
+    next_frame: Option<Duration>,
+    /// Start of the current owed stage; `None` when nothing is owed.
+    owed_from: Option<Duration>,
+    speech_ended_at: Duration,
+    admitted: bool,
+    counters: Counters,
+    finish: Option<Finish>,
+}
+
+impl Caller {
+    /// A caller about to dial; its clock's zero is the moment of dialling.
+    pub fn new(plan: CallPlan) -> Caller {
+        Caller {
+            voice: SpeechSynth::new(8_000, plan.voice_seed),
+            plan,
+            stage: Stage::Dialing,
+            playout: Playout::default(),
+            outbox: VecDeque::new(),
+            seq: 0,
+            started_at: Duration::ZERO,
+            next_frame: None,
+            owed_from: None,
+            speech_ended_at: Duration::ZERO,
+            admitted: false,
+            counters: Counters::default(),
+            finish: None,
+        }
+    }
+
+    // ---- getters -------------------------------------------------------
+
+    /// The call is over; after the outbox is drained the socket can close.
+    pub fn is_done(&self) -> bool {
+        matches!(self.stage, Stage::Done)
+    }
+
+    /// The server has started a normal bot turn (a `turn-` mark arrived).
+    pub fn is_admitted(&self) -> bool {
+        self.admitted
+    }
+
+    /// How the call ended, once it has.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.finish.as_ref().map(|f| &f.outcome)
+    }
+
+    /// The call's identities.
+    pub fn ids(&self) -> CallIds {
+        self.plan.ids
+    }
+
+    // ---- inputs --------------------------------------------------------
+
+    /// The WebSocket upgrade succeeded: send `connected` and `start`.
+    pub fn handle_open(&mut self, now: Duration) {
+        if !matches!(self.stage, Stage::Dialing) {
+            return;
+        }
+        self.counters.connect = Some(now);
+        self.outbox.push_back(Transmit::Text(wire::connected()));
+        self.outbox.push_back(Transmit::Text(wire::start(
+            &self.plan.ids,
+            &self.plan.custom_parameters,
+        )));
+        self.seq = 1;
+        self.started_at = now;
+        self.next_frame = Some(now + FRAME);
+        self.stage = Stage::AwaitBot {
+            turn: BotTurn::Greeting,
+            audio_seen: false,
+        };
+        self.owed_from = Some(now);
+    }
+
+    /// The connection could not be made. An HTTP refusal is a rejection.
+    pub fn handle_connect_error(&mut self, now: Duration, err: &LoadError) {
+        if !matches!(self.stage, Stage::Dialing) {
+            return;
+        }
+        let outcome = match err {
+            LoadError::Refused { status, body, .. } => Outcome::Rejected {
+                how: format!("http_{status}"),
+                reason: body.clone(),
+                prompt_heard: false,
+                time_to_rejection_ms: millis(now),
+            },
+            other => Outcome::Failed {
+                reason: other.to_string(),
+            },
+        };
+        self.finish(now, outcome, format!("not connected: {err}"));
+    }
+
+    /// A text frame from the server.
+    pub fn handle_text(&mut self, now: Duration, text: &str) {
+        self.advance(now);
+        if !self.is_live() {
+            return;
+        }
+        match wire::parse(text, self.plan.ids.stream) {
+            Ok(ServerEvent::Media(ulaw)) => self.on_media(now, ulaw.len()),
+            Ok(ServerEvent::Mark(name)) => self.on_mark(now, name),
+            Ok(ServerEvent::Clear) => self.on_clear(now),
+            Ok(ServerEvent::Unknown(event)) => {
+                tracing::debug!(%event, "ignoring unknown server event");
+                self.counters.unknown_events += 1;
+            }
+            Err(err) => {
+                tracing::debug!(%err, "ignoring malformed server message");
+                self.counters.malformed_events += 1;
+            }
+        }
+        // A mark that arrived on an idle buffer is due right now.
+        self.advance(now);
+    }
+
+    /// A binary frame: Twilio only speaks text, so it is ignored and counted.
+    pub fn handle_binary(&mut self, now: Duration) {
+        self.advance(now);
+        self.counters.malformed_events += 1;
+    }
+
+    /// The server closed the socket (or it ended without a close frame).
+    pub fn handle_closed(&mut self, now: Duration, code: Option<u16>, reason: &str) {
+        let code = code.map_or_else(|| "none".to_string(), |c| c.to_string());
+        self.server_gone(
+            now,
+            format!("server closed the socket (code {code} {reason:?})"),
+        );
+    }
+
+    /// The socket failed after the handshake.
+    pub fn handle_socket_error(&mut self, now: Duration, err: &LoadError) {
+        self.server_gone(now, err.to_string());
+    }
+
+    /// Time has passed; fire whatever is due.
+    pub fn handle_timeout(&mut self, now: Duration) {
+        self.advance(now);
+    }
+
+    // ---- outputs -------------------------------------------------------
+
+    /// The next frame to send.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.outbox.pop_front()
+    }
+
+    /// When to call [`Caller::handle_timeout`] next (`None`: only inputs matter).
+    pub fn poll_timeout(&self) -> Option<Duration> {
+        self.next_timer().map(|(t, _)| t)
+    }
+
+    /// The record of this call. A call still running at this point (its
+    /// driver gave up) is recorded as failed at `now`.
+    pub fn into_record(mut self, now: Duration) -> CallRecord {
+        if self.finish.is_none() {
+            let phase = self.phase_label();
+            self.finish(
+                now,
+                Outcome::Failed {
+                    reason: format!("abandoned by the driver while {phase}"),
+                },
+                "abandoned".into(),
+            );
+        }
+        let (outcome, end_reason, at) = match self.finish.take() {
+            Some(f) => (f.outcome, f.end_reason, f.at),
+            None => (
+                Outcome::Failed {
+                    reason: "unfinished".into(),
+                },
+                String::new(),
+                now,
+            ),
+        };
+        let c = &self.counters;
+        CallRecord {
+            index: self.plan.index,
+            call_sid: self.plan.ids.call,
+            stream_sid: self.plan.ids.stream,
+            outcome,
+            connect_ms: c.connect.map(millis),
+            time_to_first_audio_ms: c.first_audio.map(millis),
+            reply_latency_ms: c.reply_latency.iter().copied().map(millis).collect(),
+            max_owed_silence_ms: millis(c.max_owed),
+            utterances_sent: c.utterances_sent,
+            replies_heard: c.replies_heard,
+            bot_audio_ms: millis(self.playout.played(at)),
+            marks_echoed: c.marks_echoed,
+            unknown_events: c.unknown_events,
+            malformed_events: c.malformed_events,
+            media_frames_sent: c.frames_sent,
+            media_frames_skipped: c.frames_skipped,
+            max_send_lag_ms: millis(c.max_lag),
+            end_reason,
+            duration_ms: millis(at),
+        }
+    }
+
+    // ---- timers --------------------------------------------------------
+
+    fn is_live(&self) -> bool {
+        !matches!(self.stage, Stage::Dialing | Stage::Done)
+    }
+
+    fn next_timer(&self) -> Option<(Duration, Timer)> {
+        if !self.is_live() {
+            return None;
+        }
+        [
+            (self.playout.next_mark_due(), Timer::Mark),
+            (self.silence_deadline(), Timer::Silence),
+            (Some(self.plan.call_timeout), Timer::Deadline),
+            (self.next_frame, Timer::Frame),
+        ]
+        .into_iter()
+        .filter_map(|(t, timer)| t.map(|t| (t, timer)))
+        .min()
+    }
+
+    /// Fires every timer due at or before `now`, each at its own instant, so
+    /// a late wake-up still echoes marks and measures silence exactly.
+    fn advance(&mut self, now: Duration) {
+        while let Some((t, timer)) = self.next_timer() {
+            if t > now {
+                break;
+            }
+            match timer {
+                Timer::Mark => {
+                    if let Some(mark) = self.playout.pop_due(t) {
+                        self.echo(t, mark);
+                    }
+                }
+                Timer::Silence => self.finish_silent(t),
+                Timer::Deadline => {
+                    let phase = self.phase_label();
+                    let reason = format!("call_timeout after {} ms while {phase}", millis(t));
+                    self.hang_up(
+                        t,
+                        Outcome::Failed {
+                            reason: reason.clone(),
+                        },
+                        reason,
+                    );
+                }
+                Timer::Frame => self.send_frame(t, now),
+            }
+        }
+    }
+
+    fn send_frame(&mut self, due: Duration, now: Duration) {
+        let lag = now.saturating_sub(due);
+        self.counters.max_lag = self.counters.max_lag.max(lag);
+        if lag > MAX_FRAME_LAG {
+            // Jump the media clock to the latest frame slot still within the
+            // allowed lag; the frames in between are never sent.
+            let skip = (lag - MAX_FRAME_LAG).as_micros() / FRAME.as_micros() + 1;
+            let skip = u32::try_from(skip).unwrap_or(u32::MAX);
+            self.counters.frames_skipped += u64::from(skip);
+            self.next_frame = Some(due + FRAME * skip);
+            return;
+        }
+        let payload = self.next_payload(due);
+        self.counters.frames_sent += 1;
+        self.seq += 1;
+        let timestamp = millis(due.saturating_sub(self.started_at + FRAME));
+        let text = wire::media(
+            self.seq,
+            self.plan.ids.stream,
+            self.counters.frames_sent,
+            timestamp,
+            &payload,
+        );
+        self.outbox.push_back(Transmit::Text(text));
+        self.next_frame = Some(due + FRAME);
+    }
+
+    /// The caller's microphone for the frame ending at `t`.
+    fn next_payload(&mut self, t: Duration) -> [u8; FRAME_BYTES] {
+        let mut frame = [g711::ULAW_SILENCE; FRAME_BYTES];
+        if let Stage::Thinking { next, until } = self.stage
+            && t >= until
+        {
+            let ms = self.plan.turns.get(next).map_or(0, |turn| turn.speech_ms);
+            let audio = g711::encode_ulaw(&self.voice.utterance(ms));
+            self.stage = Stage::Speaking {
+                utterance: next,
+                audio,
+                pos: 0,
+            };
+        }
+        let Stage::Speaking {
+            utterance,
+            audio,
+            pos,
+        } = &mut self.stage
+        else {
+            return frame;
+        };
+        let end = (*pos + FRAME_BYTES).min(audio.len());
+        if let Some(chunk) = audio.get(*pos..end) {
+            frame[..chunk.len()].copy_from_slice(chunk);
+        }
+        *pos = end;
+        if *pos >= audio.len() {
+            let reply = *utterance + 1;
+            self.counters.utterances_sent += 1;
+            self.speech_ended_at = t;
+            self.stage = Stage::AwaitBot {
+                turn: BotTurn::Reply(reply),
+                audio_seen: false,
+            };
+            self.owed_from = Some(t);
+        }
+        frame
+    }
+
+    // ---- server events -------------------------------------------------
+
+    fn on_media(&mut self, now: Duration, bytes: usize) {
+        if bytes == 0 {
+            self.counters.malformed_events += 1;
+            return;
+        }
+        self.counters
+            .first_audio
+            .get_or_insert(now.saturating_sub(self.started_at));
+        if let Stage::AwaitBot {
+            turn: BotTurn::Reply(_),
+            audio_seen: false,
+        } = self.stage
+        {
+            self.counters
+                .reply_latency
+                .push(now.saturating_sub(self.speech_ended_at));
+            self.counters.replies_heard += 1;
+        }
+        if !self.playout.is_playing(now) && self.end_stretch(now) {
+            return;
+        }
+        match &mut self.stage {
+            Stage::AwaitBot { audio_seen, .. } => *audio_seen = true,
+            Stage::Terminal(term) => term.audio_seen = true,
+            _ => {}
+        }
+        self.playout.push_audio(now, bytes);
+    }
+
+    fn on_mark(&mut self, now: Duration, name: String) {
+        let role = if name.starts_with(TURN_PREFIX) {
+            self.admitted = true;
+            match self.stage {
+                Stage::AwaitBot {
+                    audio_seen: true, ..
+                } => MarkRole::TurnEnd,
+                _ => MarkRole::Plain,
+            }
+        } else if let Some((kind, reason)) = terminal_kind(&name) {
+            self.enter_terminal(now, kind, reason.to_string());
+            MarkRole::Terminal
+        } else {
+            MarkRole::Plain
+        };
+        if self.playout.push_mark(now, name, role).is_err() {
+            self.counters.malformed_events += 1;
+        }
+    }
+
+    fn on_clear(&mut self, now: Duration) {
+        for mark in self.playout.clear(now) {
+            if !self.is_live() {
+                break;
+            }
+            self.echo(now, mark);
+        }
+    }
+
+    fn enter_terminal(&mut self, now: Duration, kind: TerminalKind, reason: String) {
+        let audio_seen = match self.stage {
+            Stage::AwaitBot { audio_seen, .. } => audio_seen || self.playout.is_playing(now),
+            Stage::Terminal(_) => return, // the first terminal mark decides
+            _ => self.playout.is_playing(now),
+        };
+        if self.owed_from.is_none() {
+            self.owed_from = Some(now);
+        }
+        tracing::debug!(kind = kind.name(), %reason, "terminal mark received");
+        self.stage = Stage::Terminal(Terminal {
+            kind,
+            reason,
+            received_at: now,
+            audio_seen,
+            echoed: false,
+        });
+    }
+
+    fn echo(&mut self, t: Duration, mark: PendingMark<MarkRole>) {
+        self.seq += 1;
+        let text = wire::mark(self.seq, self.plan.ids.stream, &mark.name);
+        self.outbox.push_back(Transmit::Text(text));
+        self.counters.marks_echoed += 1;
+        match (mark.tag, &mut self.stage) {
+            (
+                MarkRole::TurnEnd,
+                Stage::AwaitBot {
+                    turn,
+                    audio_seen: true,
+                },
+            ) => {
+                let turn = *turn;
+                self.turn_completed(t, turn);
+            }
+            (MarkRole::Terminal, Stage::Terminal(term)) => term.echoed = true,
+            _ => {}
+        }
+    }
+
+    fn turn_completed(&mut self, t: Duration, turn: BotTurn) {
+        if self.end_stretch(t) {
+            return;
+        }
+        self.owed_from = None;
+        let done = match turn {
+            BotTurn::Greeting => 0,
+            BotTurn::Reply(n) => n,
+        };
+        match self.plan.turns.get(done) {
+            Some(next) => {
+                self.stage = Stage::Thinking {
+                    next: done,
+                    until: t + next.think,
+                }
+            }
+            None => {
+                let reason = format!("caller hung up after {done} answered utterances");
+                self.hang_up(t, Outcome::Completed, reason);
+            }
+        }
+    }
+
+    fn server_gone(&mut self, now: Duration, why: String) {
+        self.advance(now);
+        if !self.is_live() {
+            return;
+        }
+        let outcome = match &self.stage {
+            Stage::Terminal(term) => terminal_outcome(term),
+            _ => Outcome::Failed {
+                reason: format!("{why} while {}", self.phase_label()),
+            },
+        };
+        self.finish(now, outcome, why);
+    }
+
+    // ---- owed silence --------------------------------------------------
+
+    /// Where the current dead-air stretch starts (possibly in the future,
+    /// when audio is still playing); `None` when nothing is owed.
+    fn stretch_start(&self) -> Option<Duration> {
+        self.owed_from.map(|o| o.max(self.playout.tail_end()))
+    }
+
+    fn silence_deadline(&self) -> Option<Duration> {
+        self.stretch_start()
+            .map(|s| s + self.plan.silence_threshold + SILENCE_GRACE)
+    }
+
+    /// Measures the current stretch up to `t`.
+    fn observe(&mut self, t: Duration) -> Duration {
+        let len = self
+            .stretch_start()
+            .map_or(Duration::ZERO, |s| t.saturating_sub(s));
+        self.counters.max_owed = self.counters.max_owed.max(len);
+        len
+    }
+
+    /// The current stretch ends at `t`; a too-long one makes the call silent
+    /// (returns `true`, the call is then over).
+    fn end_stretch(&mut self, t: Duration) -> bool {
+        if self.observe(t) > self.plan.silence_threshold {
+            self.finish_silent(t);
+            return true;
+        }
+        false
+    }
+
+    fn finish_silent(&mut self, t: Duration) {
+        let len = self.observe(t);
+        let phase = self.phase_label();
+        let reason = format!("{} ms of dead air while {phase}", millis(len));
+        self.hang_up(t, Outcome::Silent { phase }, reason);
+    }
+
+    fn phase_label(&self) -> String {
+        match &self.stage {
+            Stage::Dialing => "connecting".into(),
+            Stage::AwaitBot { turn, audio_seen } => {
+                let turn = match turn {
+                    BotTurn::Greeting => "greeting".to_string(),
+                    BotTurn::Reply(n) => format!("reply_{n}"),
+                };
+                if *audio_seen {
+                    format!("{turn}_playout")
+                } else {
+                    turn
+                }
+            }
+            Stage::Thinking { next, .. } => format!("thinking_{}", next + 1),
+            Stage::Speaking { utterance, .. } => format!("utterance_{}", utterance + 1),
+            Stage::Terminal(term) if term.echoed => format!("{}_close", term.kind.name()),
+            Stage::Terminal(term) => format!("{}_prompt", term.kind.name()),
+            Stage::Done => "done".into(),
+        }
+    }
+
+    // ---- endings -------------------------------------------------------
+
+    /// The caller ends the call: `stop`, then close.
+    fn hang_up(&mut self, t: Duration, outcome: Outcome, reason: String) {
+        self.seq += 1;
+        self.outbox
+            .push_back(Transmit::Text(wire::stop(self.seq, &self.plan.ids)));
+        self.outbox.push_back(Transmit::Close);
+        self.finish(t, outcome, reason);
+    }
+
+    fn finish(&mut self, t: Duration, outcome: Outcome, end_reason: String) {
+        if self.finish.is_some() {
+            return;
+        }
+        self.observe(t);
+        tracing::debug!(outcome = outcome.label(), %end_reason, "call finished");
+        self.finish = Some(Finish {
+            outcome,
+            end_reason,
+            at: t,
+        });
+        self.stage = Stage::Done;
+        self.owed_from = None;
+        self.next_frame = None;
+    }
+}
+
+fn terminal_kind(name: &str) -> Option<(TerminalKind, &str)> {
+    [
+        (OVERFLOW_PREFIX, TerminalKind::Overflow),
+        (TRANSFER_PREFIX, TerminalKind::Transfer),
+        (END_PREFIX, TerminalKind::End),
+    ]
+    .into_iter()
+    .find_map(|(prefix, kind)| name.strip_prefix(prefix).map(|reason| (kind, reason)))
+}
+
+fn terminal_outcome(term: &Terminal) -> Outcome {
+    let reason = term.reason.clone();
+    match term.kind {
+        TerminalKind::Overflow => Outcome::Rejected {
+            how: "overflow_mark".into(),
+            reason,
+            prompt_heard: term.echoed && term.audio_seen,
+            time_to_rejection_ms: millis(term.received_at),
+        },
+        TerminalKind::Transfer => Outcome::Transferred { reason },
+        TerminalKind::End => Outcome::EndedByBot { reason },
+    }
+}
+
+/// Whole milliseconds, saturating.
+pub(crate) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

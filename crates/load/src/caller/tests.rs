@@ -1,0 +1,539 @@
+//! The caller on a virtual clock: no sockets, no sleeping.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::ids::{AccountSid, CallSid, StreamSid};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn ids() -> CallIds {
+    CallIds {
+        account: AccountSid::from_bytes([1; 16]),
+        call: CallSid::from_bytes([2; 16]),
+        stream: StreamSid::from_bytes([3; 16]),
+    }
+}
+
+/// A caller plus a virtual clock and everything it sent, with send times.
+struct Harness {
+    caller: Caller,
+    now: Duration,
+    sent: Vec<(Duration, Option<Value>)>,
+}
+
+impl Harness {
+    fn new(turns: &[(u64, u32)]) -> Harness {
+        let plan = CallPlan {
+            index: 0,
+            ids: ids(),
+            custom_parameters: vec![("tenant".into(), "acme".into())],
+            turns: turns
+                .iter()
+                .map(|&(think, speech_ms)| TurnPlan {
+                    think: ms(think),
+                    speech_ms,
+                })
+                .collect(),
+            silence_threshold: Duration::from_secs(3),
+            call_timeout: Duration::from_secs(120),
+            voice_seed: 7,
+        };
+        Harness {
+            caller: Caller::new(plan),
+            now: Duration::ZERO,
+            sent: Vec::new(),
+        }
+    }
+
+    fn with_timeout(mut self, timeout: Duration) -> Harness {
+        self.caller.plan.call_timeout = timeout;
+        self
+    }
+
+    fn drain(&mut self) {
+        while let Some(tx) = self.caller.poll_transmit() {
+            let v = match tx {
+                Transmit::Text(t) => Some(serde_json::from_str(&t).unwrap()),
+                Transmit::Close => None,
+            };
+            self.sent.push((self.now, v));
+        }
+    }
+
+    fn open(&mut self, at: Duration) {
+        self.now = at;
+        self.caller.handle_open(at);
+        self.drain();
+    }
+
+    /// Fires every timer up to `t`, one wake-up at a time, like the driver.
+    fn run_until(&mut self, t: Duration) {
+        while let Some(next) = self.caller.poll_timeout() {
+            if next > t {
+                break;
+            }
+            self.now = next;
+            self.caller.handle_timeout(next);
+            self.drain();
+        }
+        self.now = t;
+        self.caller.handle_timeout(t);
+        self.drain();
+    }
+
+    fn server(&mut self, t: Duration, msg: Value) {
+        self.run_until(t);
+        self.caller.handle_text(t, &msg.to_string());
+        self.drain();
+    }
+
+    fn audio(&mut self, t: Duration, play_ms: usize) {
+        let payload = B64.encode(vec![0x55u8; play_ms * 8]);
+        let sid = ids().stream.to_string();
+        self.server(
+            t,
+            json!({"event":"media","streamSid":sid,"media":{"payload":payload}}),
+        );
+    }
+
+    fn mark(&mut self, t: Duration, name: &str) {
+        let sid = ids().stream.to_string();
+        self.server(
+            t,
+            json!({"event":"mark","streamSid":sid,"mark":{"name":name}}),
+        );
+    }
+
+    fn clear(&mut self, t: Duration) {
+        let sid = ids().stream.to_string();
+        self.server(t, json!({"event":"clear","streamSid":sid}));
+    }
+
+    /// Runs until the caller's utterance has been sent; returns the time of
+    /// its last speech frame.
+    fn run_until_speech_ends(&mut self, limit: Duration) -> Duration {
+        let mut last_speech = None;
+        while self.now < limit {
+            let from = self.sent.len();
+            let next = self.caller.poll_timeout().unwrap();
+            self.run_until(next);
+            for (t, v) in &self.sent[from..] {
+                let Some(v) = v else { continue };
+                if v["event"] != "media" {
+                    continue;
+                }
+                let payload = B64.decode(v["media"]["payload"].as_str().unwrap()).unwrap();
+                if payload.iter().any(|&b| b != 0xFF) {
+                    last_speech = Some(*t);
+                } else if let Some(end) = last_speech {
+                    return end;
+                }
+            }
+        }
+        panic!("no utterance before {limit:?}");
+    }
+
+    fn events(&self, name: &str) -> Vec<(Duration, Value)> {
+        self.sent
+            .iter()
+            .filter_map(|(t, v)| {
+                v.as_ref()
+                    .filter(|v| v["event"] == name)
+                    .map(|v| (*t, v.clone()))
+            })
+            .collect()
+    }
+
+    fn echo_times(&self) -> Vec<(String, Duration)> {
+        self.events("mark")
+            .into_iter()
+            .map(|(t, v)| (v["mark"]["name"].as_str().unwrap().to_string(), t))
+            .collect()
+    }
+
+    fn ended_with_stop_and_close(&self) -> bool {
+        let n = self.sent.len();
+        n >= 2
+            && self.sent[n - 1].1.is_none()
+            && self.sent[n - 2].1.as_ref().unwrap()["event"] == "stop"
+    }
+
+    fn record(self) -> CallRecord {
+        let now = self.now;
+        self.caller.into_record(now)
+    }
+}
+
+#[test]
+fn greeting_utterance_reply_completes_with_marks_echoed_at_playout_end() {
+    let mut h = Harness::new(&[(200, 400)]);
+    h.open(ms(10));
+    h.audio(ms(100), 1_000);
+    h.mark(ms(100), "turn-1");
+    assert!(h.caller.is_admitted());
+    h.run_until(ms(1_099));
+    assert!(
+        h.echo_times().is_empty(),
+        "echoed before the greeting finished playing"
+    );
+    let speech_end = h.run_until_speech_ends(ms(5_000));
+    assert_eq!(h.echo_times(), [("turn-1".to_string(), ms(1_100))]);
+    // Think 200 ms after the echo, then 400 ms of speech in 20 frames.
+    assert_eq!(speech_end, ms(1_310 + 380));
+    h.audio(speech_end + ms(250), 500);
+    h.mark(speech_end + ms(250), "turn-2");
+    h.run_until(speech_end + ms(1_000));
+    assert_eq!(
+        h.echo_times()[1],
+        ("turn-2".to_string(), speech_end + ms(750))
+    );
+    assert!(h.caller.is_done());
+    assert!(h.ended_with_stop_and_close());
+    let r = h.record();
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(r.connect_ms, Some(10));
+    assert_eq!(r.time_to_first_audio_ms, Some(90));
+    assert_eq!(r.reply_latency_ms, [250]);
+    assert_eq!(r.max_owed_silence_ms, 250);
+    assert_eq!(
+        (r.utterances_sent, r.replies_heard, r.marks_echoed),
+        (1, 1, 2)
+    );
+    assert_eq!(r.bot_audio_ms, 1_500);
+    assert_eq!(r.duration_ms, millis(speech_end + ms(750)));
+}
+
+#[test]
+fn counters_and_timestamps_follow_twilio() {
+    let mut h = Harness::new(&[(0, 100)]);
+    h.open(Duration::ZERO);
+    h.audio(ms(40), 100);
+    h.mark(ms(40), "turn-1");
+    let end = h.run_until_speech_ends(ms(2_000));
+    h.audio(end + ms(20), 20);
+    h.mark(end + ms(20), "turn-2");
+    h.run_until(end + ms(100));
+    let texts: Vec<&Value> = h.sent.iter().filter_map(|(_, v)| v.as_ref()).collect();
+    assert_eq!(texts[0]["event"], "connected");
+    assert_eq!(texts[1]["event"], "start");
+    assert_eq!(texts[1]["start"]["customParameters"]["tenant"], "acme");
+    let seqs: Vec<u64> = texts[1..]
+        .iter()
+        .map(|v| v["sequenceNumber"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    let media = h.events("media");
+    for (i, (t, v)) in media.iter().enumerate() {
+        assert_eq!(v["media"]["chunk"], (i + 1).to_string());
+        assert_eq!(v["media"]["timestamp"], (i * 20).to_string());
+        assert_eq!(
+            *t,
+            ms(20 * (i as u64 + 1)),
+            "frame {i} sent off its 20 ms slot"
+        );
+        assert_eq!(v["media"]["payload"].as_str().unwrap().len(), 216);
+    }
+    assert!(h.caller.is_done());
+}
+
+#[test]
+fn clear_echoes_every_pending_mark_at_once() {
+    let mut h = Harness::new(&[(100, 200)]);
+    h.open(Duration::ZERO);
+    h.audio(ms(100), 2_000);
+    h.mark(ms(100), "sentence-1");
+    h.audio(ms(100), 1_000);
+    h.mark(ms(100), "turn-1");
+    h.clear(ms(600));
+    assert_eq!(
+        h.echo_times(),
+        [
+            ("sentence-1".to_string(), ms(600)),
+            ("turn-1".to_string(), ms(600))
+        ]
+    );
+    // The cleared turn counts as finished: the caller speaks after thinking.
+    let end = h.run_until_speech_ends(ms(3_000));
+    assert_eq!(end, ms(700 + 180));
+    let r = h.record();
+    assert_eq!(r.bot_audio_ms, 500);
+    assert_eq!(r.utterances_sent, 1);
+}
+
+#[test]
+fn an_underrun_inside_a_bot_turn_is_owed_silence() {
+    let mut h = Harness::new(&[]);
+    h.open(Duration::ZERO);
+    h.audio(ms(100), 200); // plays until 300
+    h.audio(ms(1_300), 200); // 1 s of dead air mid-greeting
+    h.mark(ms(1_400), "turn-1");
+    h.run_until(ms(2_000));
+    assert_eq!(h.echo_times(), [("turn-1".to_string(), ms(1_500))]);
+    let r = h.record();
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(r.max_owed_silence_ms, 1_000);
+}
+
+#[test]
+fn a_late_turn_mark_after_the_audio_is_owed_silence_too() {
+    let mut h = Harness::new(&[]);
+    h.open(Duration::ZERO);
+    h.audio(ms(50), 100); // ends at 150
+    h.mark(ms(2_150), "turn-1");
+    let r = h.record();
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(r.max_owed_silence_ms, 2_000);
+}
+
+#[test]
+fn a_missing_reply_is_silent_after_threshold_plus_grace() {
+    let mut h = Harness::new(&[(0, 200), (0, 200)]);
+    h.open(Duration::ZERO);
+    h.audio(ms(20), 100);
+    h.mark(ms(20), "turn-1");
+    let end = h.run_until_speech_ends(ms(2_000));
+    h.run_until(end + ms(3_999));
+    assert!(!h.caller.is_done());
+    h.run_until(end + ms(4_000));
+    assert!(h.caller.is_done());
+    assert!(h.ended_with_stop_and_close());
+    let r = h.record();
+    assert_eq!(
+        r.outcome,
+        Outcome::Silent {
+            phase: "reply_1".into()
+        }
+    );
+    assert_eq!(r.max_owed_silence_ms, 4_000);
+    assert_eq!((r.utterances_sent, r.replies_heard), (1, 0));
+}
+
+#[test]
+fn a_reply_later_than_the_threshold_is_silent_with_its_true_length() {
+    let mut h = Harness::new(&[(0, 200)]);
+    h.open(Duration::ZERO);
+    h.audio(ms(20), 100);
+    h.mark(ms(20), "turn-1");
+    let end = h.run_until_speech_ends(ms(2_000));
+    h.audio(end + ms(3_500), 300);
+    assert!(h.caller.is_done());
+    let r = h.record();
+    assert_eq!(
+        r.outcome,
+        Outcome::Silent {
+            phase: "reply_1".into()
+        }
+    );
+    assert_eq!(r.reply_latency_ms, [3_500]);
+    assert_eq!(r.max_owed_silence_ms, 3_500);
+}
+
+#[test]
+fn no_greeting_at_all_is_silent_in_the_greeting_phase() {
+    let mut h = Harness::new(&[(0, 200)]);
+    h.open(ms(30));
+    h.run_until(ms(10_000));
+    let r = h.record();
+    assert_eq!(
+        r.outcome,
+        Outcome::Silent {
+            phase: "greeting".into()
+        }
+    );
+    assert_eq!(r.duration_ms, 4_030);
+    assert_eq!(r.time_to_first_audio_ms, None);
+}
+
+#[test]
+fn an_overflow_prompt_played_to_its_mark_is_a_heard_rejection() {
+    let mut h = Harness::new(&[(0, 200)]);
+    h.open(ms(5));
+    h.audio(ms(50), 1_500);
+    h.mark(ms(50), "callgate-overflow:capacity");
+    h.run_until(ms(1_560));
+    assert_eq!(
+        h.echo_times(),
+        [("callgate-overflow:capacity".to_string(), ms(1_550))]
+    );
+    h.caller.handle_closed(ms(1_600), Some(1000), "");
+    assert!(h.caller.is_done());
+    assert!(!h.caller.is_admitted());
+    let r = h.record();
+    let expected = Outcome::Rejected {
+        how: "overflow_mark".into(),
+        reason: "capacity".into(),
+        prompt_heard: true,
+        time_to_rejection_ms: 50,
+    };
+    assert_eq!(r.outcome, expected);
+    assert_eq!(r.max_owed_silence_ms, 50);
+}
+
+#[test]
+fn a_close_before_the_prompt_ends_is_an_unheard_rejection() {
+    let mut h = Harness::new(&[(0, 200)]);
+    h.open(Duration::ZERO);
+    h.audio(ms(50), 1_500);
+    h.mark(ms(50), "callgate-overflow:queue_timeout");
+    h.caller.handle_closed(ms(500), Some(1000), "");
+    let r = h.record();
+    assert!(
+        matches!(
+            r.outcome,
+            Outcome::Rejected {
+                prompt_heard: false,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
+    assert_eq!(r.bot_audio_ms, 450);
+}
+
+#[test]
+fn a_server_that_never_closes_after_the_prompt_leaves_the_caller_in_dead_air() {
+    let mut h = Harness::new(&[]);
+    h.open(Duration::ZERO);
+    h.audio(ms(50), 500);
+    h.mark(ms(50), "callgate-overflow:capacity");
+    h.run_until(ms(10_000));
+    let r = h.record();
+    assert_eq!(
+        r.outcome,
+        Outcome::Silent {
+            phase: "overflow_close".into()
+        }
+    );
+    assert_eq!(r.duration_ms, 550 + 4_000);
+}
+
+#[test]
+fn transfer_and_end_marks_become_their_outcomes() {
+    for (mark, expected) in [
+        (
+            "callgate-transfer:asked_for_human",
+            Outcome::Transferred {
+                reason: "asked_for_human".into(),
+            },
+        ),
+        (
+            "callgate-end:goodbye",
+            Outcome::EndedByBot {
+                reason: "goodbye".into(),
+            },
+        ),
+    ] {
+        let mut h = Harness::new(&[(0, 200), (0, 200)]);
+        h.open(Duration::ZERO);
+        h.audio(ms(20), 100);
+        h.mark(ms(20), "turn-1");
+        let end = h.run_until_speech_ends(ms(2_000));
+        h.audio(end + ms(100), 300);
+        h.mark(end + ms(100), mark);
+        h.run_until(end + ms(450));
+        h.caller.handle_closed(end + ms(450), Some(1000), "bye");
+        let r = h.record();
+        assert_eq!(r.outcome, expected);
+        assert_eq!(r.replies_heard, 1);
+    }
+}
+
+#[test]
+fn an_unexpected_close_fails_the_call_with_its_phase() {
+    let mut h = Harness::new(&[(0, 200)]);
+    h.open(Duration::ZERO);
+    h.caller
+        .handle_closed(ms(700), Some(1011), "internal error");
+    let r = h.record();
+    let Outcome::Failed { reason } = &r.outcome else {
+        panic!("{r:?}")
+    };
+    assert!(
+        reason.contains("1011") && reason.contains("greeting"),
+        "{reason}"
+    );
+    assert_eq!(r.max_owed_silence_ms, 700);
+}
+
+#[test]
+fn unknown_and_misrouted_messages_are_counted_not_played() {
+    let mut h = Harness::new(&[]);
+    h.open(Duration::ZERO);
+    h.server(ms(10), json!({"event":"dance"}));
+    let other = StreamSid::from_bytes([8; 16]).to_string();
+    h.server(
+        ms(20),
+        json!({"event":"media","streamSid":other,"media":{"payload":"VVVV"}}),
+    );
+    h.caller.handle_binary(ms(30));
+    h.caller.handle_text(ms(40), "{not json");
+    h.mark(ms(50), "turn-1"); // no audio yet: cannot end the greeting
+    h.audio(ms(60), 100);
+    h.mark(ms(60), "turn-1");
+    h.run_until(ms(200));
+    let r = h.record();
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!((r.unknown_events, r.malformed_events), (1, 3));
+    assert_eq!(r.marks_echoed, 2);
+    assert_eq!(r.time_to_first_audio_ms, Some(60));
+}
+
+#[test]
+fn endless_audio_without_a_mark_hits_the_call_timeout() {
+    let mut h = Harness::new(&[(0, 200)]).with_timeout(Duration::from_secs(10));
+    h.open(Duration::ZERO);
+    h.audio(ms(10), 200_000);
+    h.run_until(Duration::from_secs(11));
+    assert!(h.ended_with_stop_and_close());
+    let r = h.record();
+    let Outcome::Failed { reason } = &r.outcome else {
+        panic!("{r:?}")
+    };
+    assert!(reason.starts_with("call_timeout"), "{reason}");
+    assert_eq!(r.duration_ms, 10_000);
+}
+
+#[test]
+fn a_late_wake_up_skips_frames_and_reports_the_lag() {
+    let mut h = Harness::new(&[]);
+    h.open(Duration::ZERO);
+    h.now = ms(1_000);
+    h.caller.handle_timeout(ms(1_000));
+    h.drain();
+    let media = h.events("media");
+    // Frames within MAX_FRAME_LAG of the wake-up are still sent.
+    assert_eq!(media.len(), 10);
+    assert_eq!(media[0].1["media"]["timestamp"], "800");
+    let r = h.record();
+    assert_eq!(r.media_frames_skipped, 40);
+    assert_eq!(r.max_send_lag_ms, 980);
+}
+
+#[test]
+fn a_refused_upgrade_is_a_rejection_with_its_status() {
+    let mut h = Harness::new(&[(0, 200)]);
+    let err = LoadError::Refused {
+        url: "ws://x".into(),
+        status: 503,
+        body: "at capacity".into(),
+    };
+    h.caller.handle_connect_error(ms(12), &err);
+    assert!(h.caller.is_done());
+    h.drain();
+    assert!(h.sent.is_empty());
+    let r = h.record();
+    let expected = Outcome::Rejected {
+        how: "http_503".into(),
+        reason: "at capacity".into(),
+        prompt_heard: false,
+        time_to_rejection_ms: 12,
+    };
+    assert_eq!(r.outcome, expected);
+}

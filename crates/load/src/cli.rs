@@ -1,0 +1,234 @@
+//! `callgate load <args>`: the command line over [`crate::run`].
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+
+use crate::arrival::Arrival;
+use crate::config::LoadConfig;
+
+/// Arguments of `callgate load`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoadArgs {
+    /// Media-stream WebSocket URL of the server under test.
+    #[arg(long, default_value = "ws://127.0.0.1:8080/v1/media-stream")]
+    pub url: String,
+    /// Number of calls to place.
+    #[arg(long, short = 'n', default_value_t = 1)]
+    pub calls: usize,
+    /// Most calls in flight at once (default: all of them).
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    /// Dial at a steady rate, in calls per second (default: all at once).
+    #[arg(long, conflicts_with = "ramp")]
+    pub rate: Option<f64>,
+    /// Ramp the dial rate linearly: FROM:TO:OVER, e.g. `1:20:60s`.
+    #[arg(long, value_parser = parse_ramp)]
+    pub ramp: Option<Arrival>,
+    /// Caller utterances per call.
+    #[arg(long, default_value_t = 3)]
+    pub utterances: usize,
+    /// Utterance length in ms, `MIN-MAX` or a single value.
+    #[arg(long, default_value = "1200-2500", value_parser = parse_range)]
+    pub utterance_ms: (u32, u32),
+    /// Pause before speaking, in ms, `MIN-MAX` or a single value.
+    #[arg(long, default_value = "300-800", value_parser = parse_range)]
+    pub think_ms: (u32, u32),
+    /// Dead air that makes a call silent, e.g. `3s`, `2500ms`.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    pub silence_threshold: Duration,
+    /// Hard limit on one call, e.g. `120s`, `5m`.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub call_timeout: Duration,
+    /// Twilio auth token used to sign upgrades (`X-Twilio-Signature`).
+    #[arg(long, env = "TWILIO_AUTH_TOKEN", hide_env_values = true)]
+    pub auth_token: Option<String>,
+    /// A `start.customParameters` entry, `KEY=VALUE` (repeatable).
+    #[arg(long = "param", value_parser = parse_param)]
+    pub params: Vec<(String, String)>,
+    /// Seed for utterance lengths, pauses and voices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Also write the full report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Never draw the progress line (it is only drawn on a terminal anyway).
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+impl LoadArgs {
+    /// The run configuration these arguments describe.
+    pub fn to_config(&self) -> LoadConfig {
+        let arrival = match (self.rate, self.ramp) {
+            (_, Some(ramp)) => ramp,
+            (Some(per_second), None) => Arrival::Rate { per_second },
+            (None, None) => Arrival::AllAtOnce,
+        };
+        LoadConfig {
+            url: self.url.clone(),
+            calls: self.calls,
+            concurrency: self.concurrency.unwrap_or(0),
+            arrival,
+            utterances: self.utterances,
+            utterance_ms: self.utterance_ms,
+            think_ms: self.think_ms,
+            silence_threshold: self.silence_threshold,
+            call_timeout: self.call_timeout,
+            auth_token: self.auth_token.clone(),
+            custom_parameters: self.params.clone(),
+            seed: self.seed,
+            progress: !self.no_progress && std::io::stderr().is_terminal(),
+        }
+    }
+}
+
+/// Runs the load, prints the table, writes the JSON report if asked.
+///
+/// # Errors
+/// An invalid configuration or an unwritable report file. A bad server is
+/// not an error: it is the exit code (1 if any call failed or went silent).
+pub async fn main(args: LoadArgs) -> anyhow::Result<ExitCode> {
+    let cfg = args.to_config();
+    cfg.validate().context("invalid load configuration")?;
+    let report = crate::run(cfg).await;
+    report
+        .print_table(&mut std::io::stdout().lock())
+        .context("printing the report")?;
+    if let Some(path) = &args.json {
+        report.save(path)?;
+    }
+    Ok(if report.has_failures() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// `"300-800"` or `"500"` (a fixed value).
+pub fn parse_range(s: &str) -> Result<(u32, u32), String> {
+    let num = |v: &str| v.trim().parse::<u32>().map_err(|e| format!("{v:?}: {e}"));
+    let (lo, hi) = match s.split_once('-') {
+        Some((lo, hi)) => (num(lo)?, num(hi)?),
+        None => (num(s)?, num(s)?),
+    };
+    if lo > hi {
+        return Err(format!("range {s:?} has min > max"));
+    }
+    Ok((lo, hi))
+}
+
+/// `"250ms"`, `"3s"`, `"1.5s"`, `"2m"`; a bare number is seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let value: f64 = num.trim().parse().map_err(|e| format!("{s:?}: {e}"))?;
+    let secs = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        other => return Err(format!("unknown unit {other:?} (use ms, s or m)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// `"1:20:60s"` → a ramp from 1 to 20 calls per second over 60 s.
+pub fn parse_ramp(s: &str) -> Result<Arrival, String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let [from, to, over] = parts.as_slice() else {
+        return Err(format!("{s:?}: expected FROM:TO:OVER, e.g. 1:20:60s"));
+    };
+    let rate = |v: &str| v.trim().parse::<f64>().map_err(|e| format!("{v:?}: {e}"));
+    let ramp = Arrival::Ramp {
+        from_per_s: rate(from)?,
+        to_per_s: rate(to)?,
+        over: parse_duration(over)?,
+    };
+    ramp.validate().map_err(|e| e.to_string())?;
+    Ok(ramp)
+}
+
+/// `"tenant=acme"`.
+pub fn parse_param(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?}: expected KEY=VALUE")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        load: LoadArgs,
+    }
+
+    #[test]
+    fn value_parsers_accept_the_documented_forms() {
+        assert_eq!(parse_range("300-800"), Ok((300, 800)));
+        assert_eq!(parse_range("500"), Ok((500, 500)));
+        assert!(parse_range("800-300").is_err());
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1_500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("4"), Ok(Duration::from_secs(4)));
+        assert!(parse_duration("3h").is_err());
+        assert_eq!(
+            parse_param("tenant=acme=x"),
+            Ok(("tenant".into(), "acme=x".into()))
+        );
+        assert!(parse_param("=x").is_err());
+        assert!(parse_ramp("1:20").is_err());
+        assert!(parse_ramp("5:0:10s").is_err());
+    }
+
+    #[test]
+    fn arguments_build_the_config() {
+        let cmd = Cmd::parse_from([
+            "load",
+            "--calls",
+            "40",
+            "--concurrency",
+            "10",
+            "--ramp",
+            "1:20:30s",
+            "--param",
+            "tenant=acme",
+            "--utterance-ms",
+            "700-900",
+            "--silence-threshold",
+            "2500ms",
+            "--no-progress",
+        ]);
+        let cfg = cmd.load.to_config();
+        assert_eq!((cfg.calls, cfg.concurrency), (40, 10));
+        assert_eq!(
+            cfg.arrival,
+            Arrival::Ramp {
+                from_per_s: 1.0,
+                to_per_s: 20.0,
+                over: Duration::from_secs(30)
+            }
+        );
+        assert_eq!(
+            cfg.custom_parameters,
+            vec![("tenant".to_string(), "acme".to_string())]
+        );
+        assert_eq!(cfg.utterance_ms, (700, 900));
+        assert_eq!(cfg.silence_threshold, Duration::from_millis(2_500));
+        assert_eq!(cfg.utterances, 3);
+        assert!(!cfg.progress);
+        assert!(cfg.validate().is_ok());
+        assert!(Cmd::try_parse_from(["load", "--rate", "2", "--ramp", "1:2:3s"]).is_err());
+    }
+}

@@ -1,0 +1,239 @@
+//! The knobs of a load run, and how each call's plan is drawn from them.
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::arrival::Arrival;
+use crate::caller::{CallPlan, TurnPlan};
+use crate::error::LoadError;
+use crate::ids::{AccountSid, CallIds, CallSid, StreamSid};
+
+/// Longest utterance a caller may be configured to speak.
+const MAX_UTTERANCE_MS: u32 = 60_000;
+
+/// Everything a load run needs.
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    /// `ws://host:port/v1/media-stream` (or `wss://`).
+    pub url: String,
+    /// How many calls to place.
+    pub calls: usize,
+    /// Most calls in flight at once; `0` means no limit beyond `calls`.
+    pub concurrency: usize,
+    pub arrival: Arrival,
+    /// Caller utterances per call (each answered by a bot turn).
+    pub utterances: usize,
+    /// Inclusive range the length of each utterance is drawn from.
+    pub utterance_ms: (u32, u32),
+    /// Inclusive range of the pause between the bot's turn end and speech.
+    pub think_ms: (u32, u32),
+    /// Dead air longer than this while something is owed makes a call `Silent`.
+    pub silence_threshold: Duration,
+    /// Hard limit on one call, from dialling to its end.
+    pub call_timeout: Duration,
+    /// Twilio auth token: when set, upgrades carry `X-Twilio-Signature`.
+    pub auth_token: Option<String>,
+    /// Sent in `start.customParameters`.
+    pub custom_parameters: Vec<(String, String)>,
+    /// Seeds utterance lengths, pauses and voices (SIDs stay unique per run).
+    pub seed: u64,
+    /// Show a live progress line on stderr.
+    pub progress: bool,
+}
+
+impl Default for LoadConfig {
+    fn default() -> Self {
+        LoadConfig {
+            url: "ws://127.0.0.1:8080/v1/media-stream".into(),
+            calls: 1,
+            concurrency: 0,
+            arrival: Arrival::AllAtOnce,
+            utterances: 3,
+            utterance_ms: (1_200, 2_500),
+            think_ms: (300, 800),
+            silence_threshold: Duration::from_secs(3),
+            call_timeout: Duration::from_secs(120),
+            auth_token: None,
+            custom_parameters: Vec::new(),
+            seed: 1,
+            progress: false,
+        }
+    }
+}
+
+impl LoadConfig {
+    /// Checks every knob is usable.
+    ///
+    /// # Errors
+    /// [`LoadError::InvalidConfig`] for the first bad value.
+    pub fn validate(&self) -> Result<(), LoadError> {
+        let bad = |field: &'static str, reason: &str| {
+            Err(LoadError::InvalidConfig {
+                field,
+                reason: reason.to_string(),
+            })
+        };
+        let scheme_ok = self.url.starts_with("ws://") || self.url.starts_with("wss://");
+        if !scheme_ok || self.url.parse::<http::Uri>().is_err() {
+            return bad("url", "must be a ws:// or wss:// URL");
+        }
+        if self.calls == 0 {
+            return bad("calls", "must be at least 1");
+        }
+        let (lo, hi) = self.utterance_ms;
+        if lo == 0 || lo > hi || hi > MAX_UTTERANCE_MS {
+            return bad("utterance_ms", "needs 0 < min <= max <= 60000");
+        }
+        if self.think_ms.0 > self.think_ms.1 {
+            return bad("think_ms", "needs min <= max");
+        }
+        if self.silence_threshold.is_zero() {
+            return bad("silence_threshold", "must be positive");
+        }
+        if self.call_timeout.is_zero() {
+            return bad("call_timeout", "must be positive");
+        }
+        self.arrival.validate()
+    }
+
+    /// Calls allowed in flight at once.
+    pub fn in_flight_limit(&self) -> usize {
+        match self.concurrency {
+            0 => self.calls,
+            n => n.min(self.calls),
+        }
+        .clamp(1, tokio::sync::Semaphore::MAX_PERMITS)
+    }
+
+    /// The plan of call `index`: deterministic for a given seed, except for
+    /// the SIDs, which are fresh so a stateful server never sees a repeat.
+    pub fn plan(&self, index: usize, account: AccountSid) -> CallPlan {
+        let mut rng = StdRng::seed_from_u64(mix(self.seed, index as u64));
+        let turns = (0..self.utterances)
+            .map(|_| TurnPlan {
+                think: Duration::from_millis(u64::from(draw(&mut rng, self.think_ms))),
+                speech_ms: draw(&mut rng, self.utterance_ms),
+            })
+            .collect();
+        CallPlan {
+            index,
+            ids: CallIds {
+                account,
+                call: CallSid::random(),
+                stream: StreamSid::random(),
+            },
+            custom_parameters: self.custom_parameters.clone(),
+            turns,
+            silence_threshold: self.silence_threshold,
+            call_timeout: self.call_timeout,
+            voice_seed: rng.random(),
+        }
+    }
+}
+
+/// A value from an inclusive range given in either order (never panics).
+fn draw(rng: &mut StdRng, (a, b): (u32, u32)) -> u32 {
+    rng.random_range(a.min(b)..=a.max(b))
+}
+
+/// SplitMix64 of (seed, index): neighbouring calls get unrelated streams.
+fn mix(seed: u64, index: u64) -> u64 {
+    let mut z = seed ^ index.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_are_deterministic_per_seed_and_within_ranges() {
+        let cfg = LoadConfig {
+            utterances: 4,
+            utterance_ms: (500, 900),
+            think_ms: (100, 200),
+            ..LoadConfig::default()
+        };
+        let account = AccountSid::random();
+        let a = cfg.plan(3, account);
+        let b = cfg.plan(3, account);
+        assert_eq!(a.turns, b.turns);
+        assert_eq!(a.voice_seed, b.voice_seed);
+        assert_ne!(a.ids.call, b.ids.call);
+        assert_eq!(a.turns.len(), 4);
+        for t in &a.turns {
+            assert!((500..=900).contains(&t.speech_ms));
+            assert!((100..=200).contains(&t.think.as_millis()));
+        }
+        assert_ne!(cfg.plan(4, account).turns, a.turns);
+    }
+
+    #[test]
+    fn validation_names_the_bad_knob() {
+        let field = |cfg: LoadConfig| match cfg.validate() {
+            Err(LoadError::InvalidConfig { field, .. }) => field,
+            other => panic!("expected invalid config, got {other:?}"),
+        };
+        assert!(LoadConfig::default().validate().is_ok());
+        let url = "http://x/".to_string();
+        assert_eq!(
+            field(LoadConfig {
+                url,
+                ..LoadConfig::default()
+            }),
+            "url"
+        );
+        assert_eq!(
+            field(LoadConfig {
+                calls: 0,
+                ..LoadConfig::default()
+            }),
+            "calls"
+        );
+        let utterance_ms = (900, 500);
+        assert_eq!(
+            field(LoadConfig {
+                utterance_ms,
+                ..LoadConfig::default()
+            }),
+            "utterance_ms"
+        );
+        let arrival = Arrival::Rate { per_second: -1.0 };
+        assert_eq!(
+            field(LoadConfig {
+                arrival,
+                ..LoadConfig::default()
+            }),
+            "arrival"
+        );
+    }
+
+    #[test]
+    fn concurrency_zero_means_all_calls() {
+        let cfg = LoadConfig {
+            calls: 7,
+            ..LoadConfig::default()
+        };
+        assert_eq!(cfg.in_flight_limit(), 7);
+        assert_eq!(
+            LoadConfig {
+                concurrency: 3,
+                ..cfg.clone()
+            }
+            .in_flight_limit(),
+            3
+        );
+        assert_eq!(
+            LoadConfig {
+                concurrency: 30,
+                ..cfg
+            }
+            .in_flight_limit(),
+            7
+        );
+    }
+}

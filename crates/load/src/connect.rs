@@ -1,0 +1,101 @@
+//! Opening the media-stream WebSocket the way Twilio does.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use hmac::{Hmac, Mac};
+use sha1::Sha1;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Error as WsError;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::error::LoadError;
+
+/// The socket of one call.
+pub type CallSocket = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// Longest refusal body kept in a record.
+const MAX_BODY_CHARS: usize = 200;
+
+/// `X-Twilio-Signature` for a WebSocket upgrade: base64(HMAC-SHA1(token, url)),
+/// with no parameters appended.
+///
+/// # Errors
+/// Never in practice (HMAC takes keys of any length); reported as an
+/// invalid `auth_token` rather than assumed.
+pub fn twilio_signature(auth_token: &str, url: &str) -> Result<String, LoadError> {
+    let mut mac = Hmac::<Sha1>::new_from_slice(auth_token.as_bytes()).map_err(|e| {
+        LoadError::InvalidConfig {
+            field: "auth_token",
+            reason: e.to_string(),
+        }
+    })?;
+    mac.update(url.as_bytes());
+    Ok(B64.encode(mac.finalize().into_bytes()))
+}
+
+/// Installs rustls's `ring` provider unless the process already has one:
+/// `wss://` handshakes panic inside tokio-tungstenite without it.
+pub fn ensure_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing the race to another installer is fine: one is installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// Plain HTTP/1.1 upgrade, no subprotocol, optionally signed.
+///
+/// # Errors
+/// [`LoadError::Refused`] when the server answers with an HTTP status,
+/// [`LoadError::Connect`] for anything else.
+pub async fn connect(url: &str, auth_token: Option<&str>) -> Result<CallSocket, LoadError> {
+    let failed = |detail: String| LoadError::Connect {
+        url: url.to_string(),
+        detail,
+    };
+    let mut request = url
+        .into_client_request()
+        .map_err(|e| failed(e.to_string()))?;
+    if let Some(token) = auth_token {
+        let signature = twilio_signature(token, url)?;
+        let value = http::HeaderValue::from_str(&signature).map_err(|e| failed(e.to_string()))?;
+        request.headers_mut().insert("X-Twilio-Signature", value);
+    }
+    match tokio_tungstenite::connect_async(request).await {
+        Ok((socket, _response)) => Ok(socket),
+        Err(WsError::Http(response)) => {
+            let status = response.status();
+            let body = response
+                .body()
+                .as_deref()
+                .map(|b| {
+                    String::from_utf8_lossy(b)
+                        .trim()
+                        .chars()
+                        .take(MAX_BODY_CHARS)
+                        .collect()
+                })
+                .filter(|b: &String| !b.is_empty())
+                .unwrap_or_else(|| status.canonical_reason().unwrap_or("").to_string());
+            Err(LoadError::Refused {
+                url: url.to_string(),
+                status: status.as_u16(),
+                body,
+            })
+        }
+        Err(e) => Err(failed(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signature_is_base64_hmac_sha1_of_the_url() {
+        // RFC 2202-style reference: HMAC-SHA1("key", "The quick brown fox…")
+        // = de7c9b85b8b78aa6bc8a7a36f70a90701c9db4d9.
+        let sig = twilio_signature("key", "The quick brown fox jumps over the lazy dog").unwrap();
+        assert_eq!(sig, "3nybhbi3iqa8ino29wqQcBydtNk=");
+    }
+}

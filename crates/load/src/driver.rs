@@ -1,0 +1,182 @@
+//! The async shell around one [`Caller`]: moves bytes, sleeps to deadlines.
+//!
+//! It reads the clock once per wake-up and hands the caller a `Duration`
+//! since dialling; all protocol decisions are the caller's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::time::{Instant, sleep_until, timeout};
+use tokio_tungstenite::tungstenite::Message;
+use tracing::Instrument;
+
+use crate::caller::{CallPlan, Caller, Transmit, millis};
+use crate::connect::{CallSocket, connect};
+use crate::error::LoadError;
+use crate::progress::Progress;
+use crate::record::{CallRecord, Outcome};
+
+/// Longest wait for the TCP connect plus the WebSocket handshake.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for a batch of frames to be accepted by the socket: longer
+/// means the server stopped reading, which Twilio would notice too.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest wait for the closing handshake after the call has ended.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where and how to dial.
+#[derive(Debug, Clone)]
+pub struct Dial {
+    pub url: String,
+    pub auth_token: Option<String>,
+}
+
+/// Places one call and returns what it recorded. Never panics on a bad server.
+pub async fn place_call(plan: CallPlan, dial: &Dial, progress: &Arc<Progress>) -> CallRecord {
+    let span = tracing::info_span!("call", index = plan.index, call_sid = %plan.ids.call);
+    place(plan, dial, progress).instrument(span).await
+}
+
+async fn place(plan: CallPlan, dial: &Dial, progress: &Arc<Progress>) -> CallRecord {
+    let epoch = Instant::now();
+    let call_timeout = plan.call_timeout;
+    let mut caller = Caller::new(plan);
+    progress.call_started();
+    let limit = CONNECT_TIMEOUT.min(call_timeout);
+    match timeout(limit, connect(&dial.url, dial.auth_token.as_deref())).await {
+        Ok(Ok(socket)) => {
+            tracing::debug!("connected");
+            let _active = progress.connected();
+            caller.handle_open(epoch.elapsed());
+            drive(&mut caller, socket, epoch, call_timeout, progress).await;
+        }
+        Ok(Err(err)) => caller.handle_connect_error(epoch.elapsed(), &err),
+        Err(_) => {
+            let err = LoadError::ConnectTimeout {
+                url: dial.url.clone(),
+                after_ms: millis(limit),
+            };
+            caller.handle_connect_error(epoch.elapsed(), &err);
+        }
+    }
+    let record = caller.into_record(epoch.elapsed());
+    log_end(&record);
+    progress.call_finished(&record.outcome);
+    record
+}
+
+async fn drive(
+    caller: &mut Caller,
+    mut socket: CallSocket,
+    epoch: Instant,
+    call_timeout: Duration,
+    progress: &Progress,
+) {
+    let stream = caller.ids().stream;
+    let mut admitted = false;
+    loop {
+        let close = match flush(caller, &mut socket).await {
+            Ok(close) => close,
+            Err(detail) => {
+                let err = LoadError::Socket { stream, detail };
+                caller.handle_socket_error(epoch.elapsed(), &err);
+                return;
+            }
+        };
+        if !admitted && caller.is_admitted() {
+            admitted = true;
+            progress.call_admitted();
+        }
+        if close || caller.is_done() {
+            close_socket(&mut socket).await;
+            return;
+        }
+        // A live caller always has a deadline; the fallback only guards
+        // against a wait without one.
+        let wake = epoch + caller.poll_timeout().unwrap_or(call_timeout);
+        tokio::select! {
+            msg = socket.next() => receive(caller, msg, epoch.elapsed()),
+            () = sleep_until(wake) => caller.handle_timeout(epoch.elapsed()),
+        }
+    }
+}
+
+type Incoming = Option<Result<Message, tokio_tungstenite::tungstenite::Error>>;
+
+fn receive(caller: &mut Caller, msg: Incoming, now: Duration) {
+    match msg {
+        Some(Ok(Message::Text(text))) => caller.handle_text(now, text.as_str()),
+        Some(Ok(Message::Binary(_))) => caller.handle_binary(now),
+        Some(Ok(Message::Close(frame))) => {
+            let (code, reason) = frame.map_or((None, String::new()), |f| {
+                (Some(u16::from(f.code)), f.reason.as_str().to_string())
+            });
+            caller.handle_closed(now, code, &reason);
+        }
+        // Pings are answered by tungstenite itself.
+        Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
+        Some(Err(e)) => {
+            let stream = caller.ids().stream;
+            let err = LoadError::Socket {
+                stream,
+                detail: e.to_string(),
+            };
+            caller.handle_socket_error(now, &err);
+        }
+        None => caller.handle_closed(now, None, "connection ended without a close frame"),
+    }
+}
+
+/// Sends everything the caller queued. `Ok(true)` when it asked to close.
+async fn flush(caller: &mut Caller, socket: &mut CallSocket) -> Result<bool, String> {
+    let mut texts = Vec::new();
+    let mut close = false;
+    while let Some(tx) = caller.poll_transmit() {
+        match tx {
+            Transmit::Text(text) => texts.push(text),
+            Transmit::Close => {
+                close = true;
+                break;
+            }
+        }
+    }
+    if texts.is_empty() {
+        return Ok(close);
+    }
+    let send = async {
+        for text in texts {
+            socket.feed(Message::text(text)).await?;
+        }
+        socket.flush().await
+    };
+    match timeout(SEND_TIMEOUT, send).await {
+        Ok(Ok(())) => Ok(close),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("send stalled for {} ms", millis(SEND_TIMEOUT))),
+    }
+}
+
+/// Closes with 1000 and waits briefly for the server's side of the handshake.
+async fn close_socket(socket: &mut CallSocket) {
+    let handshake = async {
+        // Errors here mean the socket is already gone, which is the goal.
+        let _ = socket.close(None).await;
+        while let Some(Ok(_)) = socket.next().await {}
+    };
+    let _ = timeout(CLOSE_TIMEOUT, handshake).await;
+}
+
+fn log_end(record: &CallRecord) {
+    let outcome = record.outcome.label();
+    match &record.outcome {
+        Outcome::Failed { reason } => tracing::warn!(outcome, %reason, "call failed"),
+        Outcome::Silent { phase } => {
+            tracing::warn!(outcome, %phase, end = %record.end_reason, "call went silent")
+        }
+        Outcome::Rejected { how, reason, .. } => {
+            tracing::info!(outcome, %how, %reason, "call rejected")
+        }
+        _ => tracing::info!(outcome, duration_ms = record.duration_ms, "call ended"),
+    }
+}

@@ -1,0 +1,137 @@
+//! Live run counters and the one-line progress display.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::record::Outcome;
+
+/// How often the progress line is redrawn.
+pub const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Counters shared by all call tasks of a run.
+#[derive(Debug, Default)]
+pub struct Progress {
+    total: usize,
+    started: AtomicUsize,
+    admitted: AtomicUsize,
+    active: AtomicUsize,
+    finished: AtomicUsize,
+    rejected: AtomicUsize,
+    silent: AtomicUsize,
+    failed: AtomicUsize,
+}
+
+/// Holds one connected call in the `active` count; dropping it (on any exit
+/// path of the call task) takes it out again.
+#[must_use = "dropping the guard ends the call's active count at once"]
+#[derive(Debug)]
+pub struct ActiveGuard {
+    progress: Arc<Progress>,
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.progress.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Progress {
+    /// Counters for a run of `total` calls.
+    pub fn new(total: usize) -> Arc<Progress> {
+        Arc::new(Progress {
+            total,
+            ..Progress::default()
+        })
+    }
+
+    /// A call was dialled.
+    pub fn call_started(&self) {
+        self.started.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A call's WebSocket is open.
+    pub fn connected(self: &Arc<Self>) -> ActiveGuard {
+        self.active.fetch_add(1, Ordering::Relaxed);
+        ActiveGuard {
+            progress: Arc::clone(self),
+        }
+    }
+
+    /// A call reached a normal bot turn.
+    pub fn call_admitted(&self) {
+        self.admitted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A call ended with `outcome`.
+    pub fn call_finished(&self, outcome: &Outcome) {
+        self.finished.fetch_add(1, Ordering::Relaxed);
+        let counter = match outcome {
+            Outcome::Rejected { .. } => &self.rejected,
+            Outcome::Silent { .. } => &self.silent,
+            Outcome::Failed { .. } => &self.failed,
+            _ => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The progress line (without `\r`).
+    pub fn line(&self) -> String {
+        let get = |c: &AtomicUsize| c.load(Ordering::Relaxed);
+        format!(
+            "started {}/{}  admitted {}  active {}  finished {}  rejected {}  silent {}  failed {}",
+            get(&self.started),
+            self.total,
+            get(&self.admitted),
+            get(&self.active),
+            get(&self.finished),
+            get(&self.rejected),
+            get(&self.silent),
+            get(&self.failed),
+        )
+    }
+
+    /// Redraws the line on stderr every [`PROGRESS_INTERVAL`] until aborted.
+    pub async fn display(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(PROGRESS_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tick.tick().await;
+            self.draw(false);
+        }
+    }
+
+    /// Draws the line once; `last` ends it with a newline.
+    pub fn draw(&self, last: bool) {
+        let end = if last { "\n" } else { "" };
+        // Progress is cosmetic: a closed stderr must not stop the run.
+        let _ = write!(std::io::stderr(), "\r{}\x1b[K{end}", self.line());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_follow_the_call_lifecycle() {
+        let p = Progress::new(3);
+        p.call_started();
+        p.call_started();
+        let guard = p.connected();
+        p.call_admitted();
+        assert!(p.line().contains("active 1"));
+        drop(guard);
+        p.call_finished(&Outcome::Silent {
+            phase: "greeting".into(),
+        });
+        p.call_finished(&Outcome::Completed);
+        let line = p.line();
+        assert!(
+            line.starts_with("started 2/3  admitted 1  active 0  finished 2"),
+            "{line}"
+        );
+        assert!(line.contains("silent 1"), "{line}");
+    }
+}

@@ -1,0 +1,336 @@
+//! The result of a run: every call's record plus a summary, as JSON or a table.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::caller::millis;
+use crate::error::LoadError;
+use crate::record::{CallRecord, Outcome};
+
+/// At most this many failed or silent calls are listed by the table; the
+/// JSON report has them all.
+const MAX_LISTED_FAILURES: usize = 20;
+
+/// Everything a run measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadReport {
+    /// One record per call, in dialling order.
+    pub calls: Vec<CallRecord>,
+    pub summary: Summary,
+}
+
+/// Nearest-rank percentiles of a set of millisecond values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub count: usize,
+    pub p50: Option<u64>,
+    pub p95: Option<u64>,
+    pub p99: Option<u64>,
+    pub max: Option<u64>,
+}
+
+impl Percentiles {
+    /// Percentiles of `values` (any order).
+    pub fn of(mut values: Vec<u64>) -> Percentiles {
+        values.sort_unstable();
+        let rank = |p: f64| -> Option<u64> {
+            let n = values.len();
+            let idx = ((p * n as f64).ceil() as usize).clamp(1, n.max(1)) - 1;
+            values.get(idx).copied()
+        };
+        Percentiles {
+            count: values.len(),
+            p50: rank(0.50),
+            p95: rank(0.95),
+            p99: rank(0.99),
+            max: values.last().copied(),
+        }
+    }
+}
+
+/// Counts per outcome and the latency distribution across calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub total: usize,
+    pub completed: usize,
+    pub rejected: usize,
+    pub transferred: usize,
+    pub ended_by_bot: usize,
+    pub failed: usize,
+    pub silent: usize,
+    /// Rejections whose overflow prompt played to its end.
+    pub rejected_prompt_heard: usize,
+    pub time_to_first_audio_ms: Percentiles,
+    /// All reply latencies of all calls pooled.
+    pub reply_latency_ms: Percentiles,
+    pub max_owed_silence_ms: u64,
+    /// Worst lateness of any caller's media clock (generator health).
+    pub max_send_lag_ms: u64,
+    pub media_frames_skipped: u64,
+    pub wall_time_ms: u64,
+}
+
+impl Summary {
+    /// Summarises `calls`; `wall` is the run's elapsed time.
+    pub fn from_calls(calls: &[CallRecord], wall: Duration) -> Summary {
+        let count = |pred: fn(&Outcome) -> bool| calls.iter().filter(|c| pred(&c.outcome)).count();
+        Summary {
+            total: calls.len(),
+            completed: count(|o| matches!(o, Outcome::Completed)),
+            rejected: count(|o| matches!(o, Outcome::Rejected { .. })),
+            transferred: count(|o| matches!(o, Outcome::Transferred { .. })),
+            ended_by_bot: count(|o| matches!(o, Outcome::EndedByBot { .. })),
+            failed: count(|o| matches!(o, Outcome::Failed { .. })),
+            silent: count(|o| matches!(o, Outcome::Silent { .. })),
+            rejected_prompt_heard: count(|o| {
+                matches!(
+                    o,
+                    Outcome::Rejected {
+                        prompt_heard: true,
+                        ..
+                    }
+                )
+            }),
+            time_to_first_audio_ms: Percentiles::of(
+                calls
+                    .iter()
+                    .filter_map(|c| c.time_to_first_audio_ms)
+                    .collect(),
+            ),
+            reply_latency_ms: Percentiles::of(
+                calls
+                    .iter()
+                    .flat_map(|c| c.reply_latency_ms.iter().copied())
+                    .collect(),
+            ),
+            max_owed_silence_ms: calls
+                .iter()
+                .map(|c| c.max_owed_silence_ms)
+                .max()
+                .unwrap_or(0),
+            max_send_lag_ms: calls.iter().map(|c| c.max_send_lag_ms).max().unwrap_or(0),
+            media_frames_skipped: calls.iter().map(|c| c.media_frames_skipped).sum(),
+            wall_time_ms: millis(wall),
+        }
+    }
+}
+
+impl LoadReport {
+    /// A report over `calls`, sorted into dialling order.
+    pub fn new(mut calls: Vec<CallRecord>, wall: Duration) -> LoadReport {
+        calls.sort_by_key(|c| c.index);
+        let summary = Summary::from_calls(&calls, wall);
+        LoadReport { calls, summary }
+    }
+
+    /// Whether any call failed or went silent (the CLI exits non-zero).
+    pub fn has_failures(&self) -> bool {
+        self.calls.iter().any(|c| c.outcome.is_failure())
+    }
+
+    /// Writes `{ "calls": [...], "summary": {...} }` to `path`.
+    ///
+    /// # Errors
+    /// The file could not be created or written.
+    pub fn write_json(&self, path: &Path) -> io::Result<()> {
+        let mut out = io::BufWriter::new(std::fs::File::create(path)?);
+        serde_json::to_writer_pretty(&mut out, self)?;
+        out.write_all(b"\n")?;
+        out.flush()
+    }
+
+    /// Like [`LoadReport::write_json`], with the path in the error.
+    ///
+    /// # Errors
+    /// [`LoadError::WriteReport`].
+    pub fn save(&self, path: &Path) -> Result<(), LoadError> {
+        self.write_json(path)
+            .map_err(|source| LoadError::WriteReport {
+                path: path.to_path_buf(),
+                source,
+            })
+    }
+
+    /// A human-readable summary table.
+    ///
+    /// # Errors
+    /// Writing to `w` failed.
+    pub fn print_table(&self, w: &mut impl Write) -> io::Result<()> {
+        let s = &self.summary;
+        let secs = s.wall_time_ms as f64 / 1000.0;
+        writeln!(w, "callgate load: {} calls in {secs:.1} s", s.total)?;
+        writeln!(w, "  {:<14}{:>7}", "outcome", "calls")?;
+        let rows = [
+            ("completed", s.completed),
+            ("rejected", s.rejected),
+            ("transferred", s.transferred),
+            ("ended_by_bot", s.ended_by_bot),
+            ("failed", s.failed),
+            ("silent", s.silent),
+        ];
+        for (name, n) in rows {
+            writeln!(w, "  {name:<14}{n:>7}{}", self.detail(name))?;
+        }
+        writeln!(
+            w,
+            "  {:<14}{:>7}{:>8}{:>8}{:>8}{:>8}",
+            "latency ms", "n", "p50", "p95", "p99", "max"
+        )?;
+        latency_row(w, "first audio", &s.time_to_first_audio_ms)?;
+        latency_row(w, "reply", &s.reply_latency_ms)?;
+        writeln!(
+            w,
+            "  max owed silence {} ms; generator max lag {} ms, {} frames skipped",
+            s.max_owed_silence_ms, s.max_send_lag_ms, s.media_frames_skipped
+        )?;
+        self.list_failures(w)
+    }
+
+    fn detail(&self, row: &str) -> String {
+        if row != "rejected" || self.summary.rejected == 0 {
+            return String::new();
+        }
+        let mut by_how: BTreeMap<&str, usize> = BTreeMap::new();
+        for c in &self.calls {
+            if let Outcome::Rejected { how, .. } = &c.outcome {
+                *by_how.entry(how.as_str()).or_default() += 1;
+            }
+        }
+        let hows: Vec<String> = by_how.iter().map(|(h, n)| format!("{h}: {n}")).collect();
+        format!(
+            "  ({}; prompt heard {})",
+            hows.join(", "),
+            self.summary.rejected_prompt_heard
+        )
+    }
+
+    fn list_failures(&self, w: &mut impl Write) -> io::Result<()> {
+        let failures: Vec<&CallRecord> = self
+            .calls
+            .iter()
+            .filter(|c| c.outcome.is_failure())
+            .collect();
+        if failures.is_empty() {
+            return Ok(());
+        }
+        writeln!(w, "  failed or silent calls:")?;
+        for c in failures.iter().take(MAX_LISTED_FAILURES) {
+            let what = match &c.outcome {
+                Outcome::Silent { phase } => format!("silent ({phase})"),
+                other => other.label().to_string(),
+            };
+            writeln!(
+                w,
+                "    #{} {} {what}: {}",
+                c.index, c.call_sid, c.end_reason
+            )?;
+        }
+        if failures.len() > MAX_LISTED_FAILURES {
+            writeln!(
+                w,
+                "    … and {} more (see --json)",
+                failures.len() - MAX_LISTED_FAILURES
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn latency_row(w: &mut impl Write, name: &str, p: &Percentiles) -> io::Result<()> {
+    let cell = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+    writeln!(
+        w,
+        "  {name:<14}{:>7}{:>8}{:>8}{:>8}{:>8}",
+        p.count,
+        cell(p.p50),
+        cell(p.p95),
+        cell(p.p99),
+        cell(p.max)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{CallSid, StreamSid};
+
+    fn record(index: usize, outcome: Outcome, first: Option<u64>, replies: Vec<u64>) -> CallRecord {
+        CallRecord {
+            index,
+            call_sid: CallSid::from_bytes([index as u8; 16]),
+            stream_sid: StreamSid::from_bytes([index as u8; 16]),
+            outcome,
+            connect_ms: Some(1),
+            time_to_first_audio_ms: first,
+            reply_latency_ms: replies,
+            max_owed_silence_ms: 100 * index as u64,
+            utterances_sent: 0,
+            replies_heard: 0,
+            bot_audio_ms: 0,
+            marks_echoed: 0,
+            unknown_events: 0,
+            malformed_events: 0,
+            media_frames_sent: 0,
+            media_frames_skipped: 0,
+            max_send_lag_ms: 3,
+            end_reason: "why".into(),
+            duration_ms: 10,
+        }
+    }
+
+    #[test]
+    fn percentiles_use_nearest_rank() {
+        let p = Percentiles::of((1..=100).rev().collect());
+        assert_eq!(
+            (p.count, p.p50, p.p95, p.p99, p.max),
+            (100, Some(50), Some(95), Some(99), Some(100))
+        );
+        let one = Percentiles::of(vec![7]);
+        assert_eq!((one.p50, one.p99), (Some(7), Some(7)));
+        assert_eq!(Percentiles::of(vec![]), Percentiles::default());
+    }
+
+    #[test]
+    fn summary_counts_outcomes_and_pools_latencies() {
+        let rejected = Outcome::Rejected {
+            how: "http_503".into(),
+            reason: String::new(),
+            prompt_heard: false,
+            time_to_rejection_ms: 2,
+        };
+        let calls = vec![
+            record(
+                2,
+                Outcome::Silent {
+                    phase: "reply_1".into(),
+                },
+                Some(300),
+                vec![],
+            ),
+            record(0, Outcome::Completed, Some(100), vec![400, 500]),
+            record(1, rejected, None, vec![]),
+        ];
+        let report = LoadReport::new(calls, Duration::from_secs(2));
+        let s = &report.summary;
+        assert_eq!((s.total, s.completed, s.rejected, s.silent), (3, 1, 1, 1));
+        assert_eq!(s.time_to_first_audio_ms.count, 2);
+        assert_eq!(s.reply_latency_ms.max, Some(500));
+        assert_eq!(s.max_owed_silence_ms, 200);
+        assert_eq!(report.calls[0].index, 0);
+        assert!(report.has_failures());
+
+        let mut table = Vec::new();
+        report.print_table(&mut table).unwrap();
+        let table = String::from_utf8(table).unwrap();
+        assert!(table.contains("http_503: 1"), "{table}");
+        assert!(table.contains("silent (reply_1)"), "{table}");
+
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["summary"]["silent"], 1);
+        assert_eq!(json["calls"].as_array().unwrap().len(), 3);
+    }
+}
