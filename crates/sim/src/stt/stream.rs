@@ -1,0 +1,407 @@
+//! The sans-IO core of one simulated Deepgram stream.
+//!
+//! Feed it audio bytes ([`StreamCore::push_audio`]) and control messages
+//! ([`StreamCore::handle_text`]); take what it wants to send from
+//! [`StreamCore::poll_output`]. It has no socket, no task and no clock: all
+//! timing is *audio time* (samples received), so the same audio gives the
+//! same messages however fast or chunked it arrived. Wall-clock concerns
+//! (result latency, idle timeout, faults) live in the socket task.
+
+use std::collections::VecDeque;
+use std::time::SystemTime;
+
+use media::g711;
+use media::vad::{EnergyVad, VadConfig, VadEvent};
+use sha2::{Digest, Sha256};
+
+use super::messages::{
+    self, Alternative, Channel, MODEL_UUID, MetadataMessage, ResultMetadata, ResultsMessage,
+    ServerMessage, secs,
+};
+use super::params::{SimEncoding, StreamParams};
+
+/// Audio between two interim results of one utterance.
+pub const INTERIM_EVERY_MS: u64 = 400;
+/// How fast interim transcripts grow: about a conversational speaking rate.
+const INTERIM_WORDS_PER_SECOND: u64 = 3;
+/// Shortest endpointing the VAD honours: it works on 10 ms windows and
+/// shorter silences occur inside words.
+const MIN_ENDPOINTING_MS: u32 = 100;
+/// Segmentation silence when the client disabled endpointing: finals are
+/// still cut at pauses, just never marked `speech_final`.
+const SEGMENT_SILENCE_MS: u32 = 300;
+
+/// Close code sent after `CloseStream` or a zero-length frame.
+pub const CLOSE_NORMAL: u16 = 1000;
+/// Close code for a protocol violation (non-JSON text).
+pub const CLOSE_POLICY: u16 = 1008;
+
+/// Something the core wants sent, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outbound {
+    /// A JSON text message.
+    Message(ServerMessage),
+    /// Close the socket with this code and reason; nothing follows.
+    Close { code: u16, reason: &'static str },
+}
+
+/// What a text frame turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    KeepAlive,
+    Finalize,
+    CloseStream,
+    /// Valid JSON with a missing or unknown `type`: answered with an error
+    /// message, stream continues.
+    Unknown,
+    /// Not JSON: answered with an error message and a 1008 close.
+    Invalid,
+}
+
+/// The utterance the VAD is currently inside.
+#[derive(Debug, Clone, Copy)]
+struct Speech {
+    start_ms: u64,
+    next_interim_ms: u64,
+    /// A `Finalize` already emitted this utterance's final; the rest of the
+    /// VAD segment is not transcribed again (that would skip a script line).
+    finalized: bool,
+}
+
+/// One stream's state.
+#[derive(Debug)]
+pub struct StreamCore {
+    params: StreamParams,
+    script: Vec<String>,
+    request_id: String,
+    created: SystemTime,
+    vad: EnergyVad,
+    /// Samples per VAD window; checks run at window boundaries.
+    window: usize,
+    /// Samples pushed into the current, incomplete window.
+    partial: usize,
+    /// Odd trailing byte of a linear16 frame, kept for the next frame.
+    carry: Option<u8>,
+    hasher: Sha256,
+    bytes: u64,
+    line_index: usize,
+    speech: Option<Speech>,
+    /// Audio time of the last word, while an `UtteranceEnd` may be due.
+    last_word_end_ms: Option<u64>,
+    closed: bool,
+    out: VecDeque<Outbound>,
+}
+
+impl StreamCore {
+    /// A stream with validated `params`, transcribing `script` lines in order.
+    pub fn new(
+        params: StreamParams,
+        script: Vec<String>,
+        request_id: String,
+        created: SystemTime,
+    ) -> Self {
+        let silence = params
+            .endpointing_ms
+            .map_or(SEGMENT_SILENCE_MS, |ms| ms.max(MIN_ENDPOINTING_MS));
+        let vad_cfg = VadConfig {
+            min_silence_ms: silence,
+            ..VadConfig::default()
+        };
+        let window = (params.sample_rate / 100).max(1) as usize;
+        StreamCore {
+            vad: EnergyVad::new(vad_cfg, params.sample_rate),
+            window,
+            params,
+            script,
+            request_id,
+            created,
+            partial: 0,
+            carry: None,
+            hasher: Sha256::new(),
+            bytes: 0,
+            line_index: 0,
+            speech: None,
+            last_word_end_ms: None,
+            closed: false,
+            out: VecDeque::new(),
+        }
+    }
+
+    /// The validated parameters of this stream.
+    pub fn params(&self) -> &StreamParams {
+        &self.params
+    }
+
+    /// The id reported in every result and the summary.
+    pub fn request_id(&self) -> &str {
+        &self.request_id
+    }
+
+    /// Whether the stream has emitted its close; later input is ignored.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Milliseconds of audio received (whole VAD windows).
+    pub fn audio_ms(&self) -> u64 {
+        self.vad.audio_ms()
+    }
+
+    /// Utterances finalized so far.
+    pub fn utterances(&self) -> usize {
+        self.line_index
+    }
+
+    /// The next message to send, in order.
+    pub fn poll_output(&mut self) -> Option<Outbound> {
+        self.out.pop_front()
+    }
+
+    /// Feeds one binary frame. A zero-length frame is a close request, as on
+    /// Deepgram: pending speech is finalized, the summary sent, then 1000.
+    pub fn push_audio(&mut self, bytes: &[u8]) {
+        if self.closed {
+            return;
+        }
+        if bytes.is_empty() {
+            self.finish();
+            return;
+        }
+        self.hasher.update(bytes);
+        self.bytes += bytes.len() as u64;
+        let samples = self.decode(bytes);
+        self.feed(&samples);
+    }
+
+    /// Handles one text frame.
+    pub fn handle_text(&mut self, text: &str) -> Control {
+        if self.closed {
+            return Control::Unknown;
+        }
+        let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+            self.error("INVALID_JSON", "control messages must be JSON text");
+            // Deepgram closes on undecodable data; clients key on the reason.
+            self.close(CLOSE_POLICY, "DATA-0000");
+            return Control::Invalid;
+        };
+        match value.get("type").and_then(serde_json::Value::as_str) {
+            Some("KeepAlive") => Control::KeepAlive,
+            Some("Finalize") => {
+                self.finalize_now();
+                Control::Finalize
+            }
+            Some("CloseStream") => {
+                self.finish();
+                Control::CloseStream
+            }
+            other => {
+                let what = other.map_or_else(
+                    || "a message without `type`".to_owned(),
+                    |t| format!("type {t:?}"),
+                );
+                self.error(
+                    "UNKNOWN_MESSAGE",
+                    &format!("unsupported control message: {what}"),
+                );
+                Control::Unknown
+            }
+        }
+    }
+
+    fn decode(&mut self, bytes: &[u8]) -> Vec<i16> {
+        match self.params.encoding {
+            SimEncoding::Mulaw => g711::decode_ulaw(bytes),
+            SimEncoding::Alaw => g711::decode_alaw(bytes),
+            SimEncoding::Linear16 => {
+                let mut buf = Vec::with_capacity(bytes.len() + 1);
+                buf.extend(self.carry.take());
+                buf.extend_from_slice(bytes);
+                if buf.len() % 2 == 1 {
+                    self.carry = buf.pop();
+                }
+                media::format::pcm16le_to_samples(&buf)
+            }
+        }
+    }
+
+    /// Pushes samples window by window so interim and utterance-end checks
+    /// happen at exact audio times whatever the frame size.
+    fn feed(&mut self, mut samples: &[i16]) {
+        while !samples.is_empty() {
+            let take = (self.window - self.partial).min(samples.len());
+            let (now, rest) = samples.split_at(take);
+            samples = rest;
+            for event in self.vad.push(now) {
+                self.on_vad(event);
+            }
+            self.partial = (self.partial + take) % self.window;
+            if self.partial == 0 {
+                self.on_window();
+            }
+        }
+    }
+
+    fn on_vad(&mut self, event: VadEvent) {
+        match event {
+            VadEvent::SpeechStart { at_ms } => {
+                // New speech before the gap elapsed: the utterance goes on.
+                self.last_word_end_ms = None;
+                self.speech = Some(Speech {
+                    start_ms: at_ms,
+                    next_interim_ms: at_ms + INTERIM_EVERY_MS,
+                    finalized: false,
+                });
+                if self.params.vad_events {
+                    self.send(ServerMessage::SpeechStarted {
+                        channel: [0],
+                        timestamp: secs(at_ms),
+                    });
+                }
+            }
+            VadEvent::SpeechEnd { at_ms } => {
+                if let Some(s) = self.speech.take().filter(|s| !s.finalized) {
+                    let speech_final = self.params.endpointing_ms.is_some();
+                    self.emit_final(s.start_ms, at_ms, speech_final, false);
+                }
+            }
+        }
+    }
+
+    fn on_window(&mut self) {
+        let now = self.vad.audio_ms();
+        if let Some(s) = self.speech.as_mut().filter(|s| !s.finalized)
+            && self.params.interim_results
+            && now >= s.next_interim_ms
+        {
+            s.next_interim_ms += INTERIM_EVERY_MS;
+            let start = s.start_ms;
+            self.emit_interim(start, now);
+        }
+        if let (Some(gap), Some(last)) = (self.params.utterance_end_ms, self.last_word_end_ms)
+            && self.speech.is_none()
+            && now >= last + u64::from(gap)
+        {
+            self.last_word_end_ms = None;
+            self.send(ServerMessage::UtteranceEnd {
+                channel: [0, 1],
+                last_word_end: secs(last),
+            });
+        }
+    }
+
+    /// `Finalize`: flush the utterance in progress, if any.
+    fn finalize_now(&mut self) {
+        let now = self.vad.audio_ms();
+        if let Some(s) = self.speech.as_mut().filter(|s| !s.finalized) {
+            s.finalized = true;
+            let start = s.start_ms;
+            self.emit_final(start, now, false, true);
+        }
+    }
+
+    /// `CloseStream` or a zero-length frame.
+    fn finish(&mut self) {
+        let now = self.vad.audio_ms();
+        if let Some(s) = self.speech.take().filter(|s| !s.finalized) {
+            // The audio has ended, so this utterance has too.
+            self.emit_final(s.start_ms, now, true, false);
+        }
+        let summary = self.summary();
+        self.send(ServerMessage::Metadata(summary));
+        self.close(CLOSE_NORMAL, "");
+    }
+
+    fn emit_interim(&mut self, start_ms: u64, now_ms: u64) {
+        let line = crate::script::line(&self.script, self.line_index);
+        let tokens: Vec<&str> = line.split_whitespace().collect();
+        // A growing prefix: at least one word, never more than the line.
+        let heard = ((now_ms - start_ms) * INTERIM_WORDS_PER_SECOND).div_ceil(1000) as usize;
+        let prefix = &tokens[..heard.max(1).min(tokens.len())];
+        let results = self.results(prefix, start_ms, now_ms, false, false, false);
+        self.send(ServerMessage::Results(results));
+    }
+
+    fn emit_final(&mut self, start_ms: u64, end_ms: u64, speech_final: bool, from_finalize: bool) {
+        let line = crate::script::line(&self.script, self.line_index);
+        let tokens: Vec<&str> = line.split_whitespace().collect();
+        let results = self.results(&tokens, start_ms, end_ms, true, speech_final, from_finalize);
+        self.send(ServerMessage::Results(results));
+        self.line_index += 1;
+        if self.params.utterance_end_ms.is_some() {
+            self.last_word_end_ms = Some(end_ms);
+        }
+    }
+
+    fn results(
+        &self,
+        tokens: &[&str],
+        start_ms: u64,
+        end_ms: u64,
+        is_final: bool,
+        speech_final: bool,
+        from_finalize: bool,
+    ) -> ResultsMessage {
+        let words = messages::spread_words(tokens, start_ms, end_ms);
+        ResultsMessage {
+            channel_index: [0, 1],
+            duration: secs(end_ms.saturating_sub(start_ms)),
+            start: secs(start_ms),
+            is_final,
+            speech_final,
+            from_finalize,
+            channel: Channel {
+                alternatives: vec![Alternative {
+                    transcript: tokens.join(" "),
+                    confidence: messages::mean_confidence(&words),
+                    words,
+                }],
+            },
+            metadata: ResultMetadata {
+                request_id: self.request_id.clone(),
+                model_info: messages::model_info(&self.params.model),
+                model_uuid: MODEL_UUID.to_owned(),
+            },
+        }
+    }
+
+    fn summary(&self) -> MetadataMessage {
+        let samples = self.bytes / self.params.encoding.bytes_per_sample();
+        let digest = self.hasher.clone().finalize();
+        MetadataMessage {
+            transaction_key: "deprecated".to_owned(),
+            request_id: self.request_id.clone(),
+            sha256: digest.iter().map(|b| format!("{b:02x}")).collect(),
+            created: messages::rfc3339_utc(self.created),
+            duration: samples as f64 / f64::from(self.params.sample_rate),
+            channels: 1,
+            models: vec![MODEL_UUID.to_owned()],
+            model_info: [(
+                MODEL_UUID.to_owned(),
+                messages::model_info(&self.params.model),
+            )]
+            .into(),
+        }
+    }
+
+    fn error(&mut self, variant: &str, description: &str) {
+        self.send(ServerMessage::Error {
+            description: description.to_owned(),
+            message: description.to_owned(),
+            variant: variant.to_owned(),
+        });
+    }
+
+    fn send(&mut self, message: ServerMessage) {
+        self.out.push_back(Outbound::Message(message));
+    }
+
+    fn close(&mut self, code: u16, reason: &'static str) {
+        self.closed = true;
+        self.speech = None;
+        self.out.push_back(Outbound::Close { code, reason });
+    }
+}
+
+#[cfg(test)]
+#[path = "stream_tests.rs"]
+mod tests;
