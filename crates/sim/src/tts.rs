@@ -1,18 +1,343 @@
-//! Placeholder — being written (see the helper brief).
+//! An ElevenLabs-compatible `multi-stream-input` TTS simulator.
+//!
+//! Routes: `GET /v1/text-to-speech/{voice_id}/multi-stream-input` (WebSocket),
+//! `GET /stats` (session counts plus `open_contexts`), `GET`/`PUT
+//! /admin/config`. Audio is speech-like sound whose length is proportional
+//! to the text (`chars / chars_per_second`), generated `realtime_factor`
+//! times faster than real time, in chunks of about 200 ms with per-character
+//! alignment.
+//!
+//! Each socket is a sans-IO [`protocol::SocketCore`] driven by a thin task, so
+//! the protocol logic is tested on a virtual clock. The configuration is
+//! read when a socket is accepted: `PUT /admin/config` affects new sockets.
+
+mod audio;
+pub mod protocol;
+mod socket;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct TtsSimConfig {}
+pub use audio::OutputFormat;
 
+use crate::stats::{SessionGuard, SessionStats, StatsSnapshot};
+use protocol::{CoreParams, SocketCore};
+
+/// Largest `inactivity_timeout` a client may ask for (ElevenLabs' limit).
+pub const MAX_INACTIVITY_TIMEOUT_S: u64 = 180;
+
+/// Simulator knobs. Every field has a default, so a partial JSON/TOML
+/// document is a valid configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TtsSimConfig {
+    /// Concurrent sockets; beyond it the upgrade gets HTTP 429.
+    pub max_sockets: u64,
+    /// Simultaneous contexts per socket; one more closes the socket (1008).
+    pub max_contexts_per_socket: u32,
+    /// From a generation trigger to its first audio chunk.
+    pub first_chunk_latency_ms: u64,
+    /// Speaking rate: audio duration = text chars / this.
+    pub chars_per_second: f64,
+    /// Audio is generated this many times faster than real time.
+    pub realtime_factor: f64,
+    /// No message for this long closes the socket (1008). A client may
+    /// override it with the `inactivity_timeout` query parameter (≤ 180).
+    pub inactivity_timeout_s: u64,
+    /// When set, the upgrade must carry this in `xi-api-key` (else 401).
+    pub api_key: Option<String>,
+    /// Fault: accept text, never send audio.
+    pub stall_audio: bool,
+    /// Fault: close every socket (1011) this long after it opened.
+    pub close_after_ms: Option<u64>,
+    /// Fault: refuse every upgrade with this HTTP status.
+    pub fail_upgrade_status: Option<u16>,
+    /// ElevenLabs documents that a context closed after a flush keeps
+    /// flushing. `false` (default) stops a closed context at once, which is
+    /// what barge-in wants; `true` models the documented behaviour, so a
+    /// client must drop late audio itself.
+    pub finish_flushed_on_close: bool,
+}
+
+impl Default for TtsSimConfig {
+    fn default() -> Self {
+        TtsSimConfig {
+            max_sockets: 50,
+            max_contexts_per_socket: 5,
+            first_chunk_latency_ms: 150,
+            chars_per_second: 15.0,
+            realtime_factor: 4.0,
+            inactivity_timeout_s: 20,
+            api_key: None,
+            stall_audio: false,
+            close_after_ms: None,
+            fail_upgrade_status: None,
+            finish_flushed_on_close: false,
+        }
+    }
+}
+
+/// `GET /stats`: the session snapshot plus contexts open across sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TtsStats {
+    #[serde(flatten)]
+    pub sessions: StatsSnapshot,
+    pub open_contexts: u64,
+}
+
+/// The TTS simulator. Clones share configuration and counts.
 #[derive(Debug, Clone)]
-pub struct TtsSim {}
+pub struct TtsSim {
+    config: Arc<RwLock<TtsSimConfig>>,
+    stats: Arc<SessionStats>,
+    /// Contexts open across all sockets right now.
+    open_contexts: Arc<AtomicU64>,
+    /// Numbers sockets for logs and synthesiser seeds.
+    next_socket: Arc<AtomicU64>,
+}
 
 impl TtsSim {
-    pub fn new(_cfg: TtsSimConfig) -> Self {
-        TtsSim {}
+    /// A simulator with this configuration.
+    pub fn new(cfg: TtsSimConfig) -> Self {
+        TtsSim {
+            config: Arc::new(RwLock::new(cfg)),
+            stats: Arc::new(SessionStats::default()),
+            open_contexts: Arc::new(AtomicU64::new(0)),
+            next_socket: Arc::new(AtomicU64::new(1)),
+        }
     }
-    pub async fn serve(self, _l: TcpListener, _c: CancellationToken) -> anyhow::Result<()> {
+
+    /// Session counts (sockets).
+    pub fn stats(&self) -> StatsSnapshot {
+        self.stats.snapshot()
+    }
+
+    /// Contexts open across all sockets right now.
+    pub fn open_contexts(&self) -> u64 {
+        self.open_contexts.load(Ordering::Acquire)
+    }
+
+    /// The current configuration.
+    pub fn config(&self) -> TtsSimConfig {
+        self.config
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces the configuration; applies to sockets accepted from now on.
+    pub fn set_config(&self, cfg: TtsSimConfig) {
+        *self.config.write().unwrap_or_else(PoisonError::into_inner) = cfg;
+    }
+
+    /// The HTTP routes. Sockets accepted through them close (1001) when
+    /// `cancel` fires.
+    pub fn router(&self, cancel: CancellationToken) -> Router {
+        let state = Served {
+            sim: self.clone(),
+            cancel,
+        };
+        Router::new()
+            .route(
+                "/v1/text-to-speech/{voice_id}/multi-stream-input",
+                get(upgrade),
+            )
+            .route("/stats", get(stats))
+            .route("/admin/config", get(get_config).put(put_config))
+            .with_state(state)
+    }
+
+    /// Serves until `cancel` fires; open sockets are then closed with 1001.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        cancel: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let addr = listener.local_addr()?;
+        tracing::info!(%addr, "tts simulator listening");
+        // Sockets watch the token themselves: axum's graceful shutdown does
+        // not wait for upgraded connections.
+        let app = self.router(cancel.clone());
+        axum::serve(listener, app)
+            .with_graceful_shutdown(cancel.cancelled_owned())
+            .await?;
         Ok(())
     }
+
+    /// Admission of one upgrade: faults, auth, parameters, then the cap.
+    /// On success the socket's core parameters and its session guard.
+    fn admit(
+        &self,
+        query: &HashMap<String, String>,
+        headers: &HeaderMap,
+    ) -> Result<(CoreParams, SessionGuard), Refusal> {
+        let cfg = self.config();
+        if let Some(status) = cfg.fail_upgrade_status {
+            self.stats.count_fault();
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+            return Err(refusal(
+                status,
+                "injected_fault",
+                "upgrade refused by fail_upgrade_status",
+            ));
+        }
+        if let Some(key) = &cfg.api_key {
+            let given = headers.get("xi-api-key").and_then(|v| v.to_str().ok());
+            if given != Some(key.as_str()) {
+                return Err(refusal(
+                    StatusCode::UNAUTHORIZED,
+                    "invalid_api_key",
+                    "missing or wrong xi-api-key",
+                ));
+            }
+        }
+        let params = core_params(
+            &cfg,
+            query,
+            self.next_socket.fetch_add(1, Ordering::Relaxed),
+        )
+        .map_err(|msg| refusal(StatusCode::BAD_REQUEST, "invalid_request", msg))?;
+        let guard = self.stats.try_open(cfg.max_sockets).ok_or_else(|| {
+            refusal(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_concurrent_requests",
+                format!("concurrent socket limit ({}) reached", cfg.max_sockets),
+            )
+        })?;
+        Ok((params, guard))
+    }
+}
+
+/// Router state: the simulator plus the shutdown signal for its sockets.
+#[derive(Clone)]
+struct Served {
+    sim: TtsSim,
+    cancel: CancellationToken,
+}
+
+/// Socket parameters from the configuration and the query string.
+fn core_params(
+    cfg: &TtsSimConfig,
+    query: &HashMap<String, String>,
+    socket_no: u64,
+) -> Result<CoreParams, String> {
+    let format = match query.get("output_format") {
+        None => OutputFormat::default(),
+        Some(f) => OutputFormat::parse(f).ok_or_else(|| {
+            format!("unsupported output_format {f:?}: use ulaw_8000, alaw_8000 or pcm_<rate>")
+        })?,
+    };
+    let inactivity_s = match query.get("inactivity_timeout") {
+        None => cfg.inactivity_timeout_s,
+        Some(v) => v
+            .parse::<u64>()
+            .ok()
+            .filter(|s| (1..=MAX_INACTIVITY_TIMEOUT_S).contains(s))
+            .ok_or_else(|| {
+                format!(
+                    "inactivity_timeout must be 1..={MAX_INACTIVITY_TIMEOUT_S} seconds, got {v:?}"
+                )
+            })?,
+    };
+    Ok(CoreParams {
+        format,
+        max_contexts: cfg.max_contexts_per_socket as usize,
+        first_chunk_latency: Duration::from_millis(cfg.first_chunk_latency_ms),
+        chars_per_second: cfg.chars_per_second,
+        realtime_factor: cfg.realtime_factor,
+        inactivity_timeout: Duration::from_secs(inactivity_s.max(1)),
+        stall_audio: cfg.stall_audio,
+        close_after: cfg.close_after_ms.map(Duration::from_millis),
+        finish_flushed_on_close: cfg.finish_flushed_on_close,
+        seed: socket_no,
+    })
+}
+
+/// An HTTP refusal with an ElevenLabs-style `detail` body.
+fn refusal(status: StatusCode, code: &'static str, message: impl Into<String>) -> Refusal {
+    Refusal {
+        status,
+        code,
+        message: message.into(),
+    }
+}
+
+/// Why an upgrade was refused, rendered as an HTTP error (never a 101).
+#[derive(Debug)]
+struct Refusal {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let body =
+            serde_json::json!({ "detail": { "status": self.code, "message": self.message } });
+        (self.status, Json(body)).into_response()
+    }
+}
+
+async fn upgrade(
+    State(served): State<Served>,
+    Path(voice_id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let (params, guard) = match served.sim.admit(&query, &headers) {
+        Ok(admitted) => admitted,
+        Err(refused) => {
+            tracing::info!(
+                status = refused.status.as_u16(),
+                reason = refused.code,
+                "upgrade refused"
+            );
+            return refused.into_response();
+        }
+    };
+    let task = socket::SocketTask {
+        guard,
+        stats: Arc::clone(&served.sim.stats),
+        open_contexts: Arc::clone(&served.sim.open_contexts),
+        cancel: served.cancel.child_token(),
+        socket_no: params.seed,
+        voice_id,
+    };
+    ws.on_upgrade(move |websocket| async move {
+        let core = SocketCore::new(params, std::time::Instant::now());
+        socket::run(websocket, core, task).await;
+    })
+}
+
+async fn stats(State(served): State<Served>) -> Json<TtsStats> {
+    Json(TtsStats {
+        sessions: served.sim.stats(),
+        open_contexts: served.sim.open_contexts(),
+    })
+}
+
+async fn get_config(State(served): State<Served>) -> Json<TtsSimConfig> {
+    Json(served.sim.config())
+}
+
+async fn put_config(
+    State(served): State<Served>,
+    Json(cfg): Json<TtsSimConfig>,
+) -> Json<TtsSimConfig> {
+    tracing::info!("tts simulator configuration replaced");
+    served.sim.set_config(cfg);
+    Json(served.sim.config())
 }

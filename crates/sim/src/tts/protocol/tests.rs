@@ -1,0 +1,350 @@
+//! The socket core on a virtual clock: no sockets, no sleeping.
+
+use super::*;
+use serde_json::Value;
+
+fn params() -> CoreParams {
+    CoreParams {
+        format: OutputFormat::Ulaw8000,
+        max_contexts: 5,
+        first_chunk_latency: Duration::from_millis(150),
+        chars_per_second: 15.0,
+        realtime_factor: 4.0,
+        inactivity_timeout: Duration::from_secs(20),
+        stall_audio: false,
+        close_after: None,
+        finish_flushed_on_close: false,
+        seed: 7,
+    }
+}
+
+/// One emitted item with the virtual time it came out at.
+#[derive(Debug)]
+enum Out {
+    Json(Instant, Value),
+    Close(Instant, u16, String),
+}
+
+struct Harness {
+    core: SocketCore,
+    t0: Instant,
+    now: Instant,
+}
+
+impl Harness {
+    fn new(p: CoreParams) -> Self {
+        let t0 = Instant::now();
+        Harness {
+            core: SocketCore::new(p, t0),
+            t0,
+            now: t0,
+        }
+    }
+
+    fn send(&mut self, json: &str) -> Vec<Out> {
+        self.core.handle_text(self.now, json);
+        self.drain()
+    }
+
+    /// Advances the clock to `t0 + ms`, waking the core at every deadline.
+    fn run_to(&mut self, ms: u64) -> Vec<Out> {
+        let until = self.t0 + Duration::from_millis(ms);
+        let mut out = Vec::new();
+        while let Some(d) = self.core.next_deadline().filter(|d| *d <= until) {
+            self.now = d.max(self.now);
+            self.core.handle_timeout(self.now);
+            out.extend(self.drain());
+        }
+        self.now = until.max(self.now);
+        out
+    }
+
+    fn drain(&mut self) -> Vec<Out> {
+        let mut v = Vec::new();
+        while let Some(o) = self.core.poll_output() {
+            v.push(match o {
+                Outbound::Text(t) => Out::Json(self.now, serde_json::from_str(&t).unwrap()),
+                Outbound::Close { code, reason } => Out::Close(self.now, code, reason),
+            });
+        }
+        v
+    }
+
+    fn ms(&self, t: Instant) -> u64 {
+        (t - self.t0).as_millis() as u64
+    }
+}
+
+fn audio_bytes(out: &[Out], ctx: &str) -> usize {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::Json(_, v) if v["contextId"] == ctx && v["audio"].is_string() => Some(
+                base64::engine::general_purpose::STANDARD
+                    .decode(v["audio"].as_str().unwrap())
+                    .unwrap()
+                    .len(),
+            ),
+            _ => None,
+        })
+        .sum()
+}
+
+fn is_final(o: &Out, ctx: &str) -> bool {
+    matches!(o, Out::Json(_, v) if v["isFinal"] == true && v["contextId"] == ctx)
+}
+
+fn close_code_of(out: &[Out]) -> Option<u16> {
+    out.iter().find_map(|o| match o {
+        Out::Close(_, code, _) => Some(*code),
+        _ => None,
+    })
+}
+
+const TEXT: &str = "Thanks for calling, your table for four is booked for seven thirty tonight. ";
+
+#[test]
+fn flushed_text_becomes_paced_audio_of_the_right_length_after_the_first_chunk_latency() {
+    let mut h = Harness::new(params());
+    assert!(
+        h.send(r#"{"text":" ","context_id":"a","voice_settings":{"speed":1.0}}"#)
+            .is_empty()
+    );
+    let msg = json!({ "text": TEXT, "context_id": "a", "flush": true }).to_string();
+    assert!(
+        h.send(&msg).is_empty(),
+        "nothing before the first-chunk latency"
+    );
+    assert!(h.run_to(149).is_empty());
+    let out = h.run_to(10_000);
+    let Out::Json(first_at, first) = &out[0] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(h.ms(*first_at), 150);
+    assert_eq!(first["isFinal"], Value::Null);
+    assert!(first["alignment"]["chars"].is_array());
+    // 76 chars at 15 chars/s = 5067 ms of μ-law at 8 kHz, one byte a sample.
+    let expected_ms = (TEXT.chars().count() as f64 * 1000.0 / 15.0).round() as usize;
+    assert_eq!(audio_bytes(&out, "a"), expected_ms * 8);
+    // Generated 4x faster than real time: the last chunk is due ~1.27 s in.
+    let Out::Json(last_at, _) = out.last().unwrap() else {
+        panic!()
+    };
+    let wall = h.ms(*last_at);
+    assert!((1_300..=1_450).contains(&wall), "last chunk at {wall} ms");
+    // Alignment covers the text exactly once, in order.
+    let spoken: String = out
+        .iter()
+        .filter_map(|o| match o {
+            Out::Json(_, v) => Some(v["alignment"]["chars"].as_array().unwrap().clone()),
+            _ => None,
+        })
+        .flatten()
+        .map(|c| c.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(spoken, TEXT);
+}
+
+#[test]
+fn close_context_mid_generation_stops_at_once_and_sends_final() {
+    let mut h = Harness::new(params());
+    h.send(&json!({ "text": TEXT, "context_id": "a", "flush": true }).to_string());
+    let early = h.run_to(300);
+    let before = audio_bytes(&early, "a");
+    assert!(before > 0);
+    let out = h.send(r#"{"context_id":"a","close_context":true}"#);
+    assert_eq!(out.len(), 1);
+    assert!(is_final(&out[0], "a"));
+    assert_eq!(h.core.open_contexts(), 0);
+    assert!(h.run_to(10_000).is_empty(), "no audio after the close");
+    assert!(before < TEXT.len() * 8 * 1000 / 15 / 3);
+}
+
+#[test]
+fn finish_flushed_mode_lets_flushed_audio_finish_before_the_final() {
+    let mut h = Harness::new(CoreParams {
+        finish_flushed_on_close: true,
+        ..params()
+    });
+    h.send(&json!({ "text": TEXT, "context_id": "a", "flush": true }).to_string());
+    h.send(&json!({ "text": "never flushed ", "context_id": "a" }).to_string());
+    assert!(
+        h.send(r#"{"context_id":"a","close_context":true}"#)
+            .is_empty()
+    );
+    let out = h.run_to(10_000);
+    assert!(is_final(out.last().unwrap(), "a"));
+    let expected_ms = (TEXT.chars().count() as f64 * 1000.0 / 15.0).round() as usize;
+    assert_eq!(
+        audio_bytes(&out, "a"),
+        expected_ms * 8,
+        "the unflushed text is dropped"
+    );
+}
+
+#[test]
+fn final_follows_the_last_chunk_when_closed_after_all_audio() {
+    let mut h = Harness::new(params());
+    h.send(&json!({ "text": "Hello there. ", "context_id": "a", "flush": true }).to_string());
+    let audio = h.run_to(5_000);
+    assert!(audio_bytes(&audio, "a") > 0);
+    let out = h.send(r#"{"context_id":"a","close_context":true}"#);
+    assert!(is_final(&out[0], "a"));
+}
+
+#[test]
+fn text_is_generated_without_flush_at_a_word_boundary_past_120_chars() {
+    let mut h = Harness::new(params());
+    let part = "word ".repeat(23); // 115 chars
+    h.send(&json!({ "text": part, "context_id": "a" }).to_string());
+    assert!(h.run_to(2_000).is_empty(), "115 chars wait for more");
+    h.send(&json!({ "text": "longer", "context_id": "a" }).to_string());
+    assert!(
+        h.run_to(4_000).is_empty(),
+        "121 chars without a boundary after 120 wait"
+    );
+    h.send(&json!({ "text": " tail", "context_id": "a" }).to_string());
+    let out = h.run_to(20_000);
+    // "word "*23 + "longer " = 122 chars are spoken; "tail" stays buffered.
+    assert_eq!(
+        audio_bytes(&out, "a"),
+        (122.0f64 * 1000.0 / 15.0).round() as usize * 8
+    );
+}
+
+#[test]
+fn sixth_context_is_refused_with_max_active_conversations_and_1008() {
+    let mut h = Harness::new(params());
+    for i in 0..5 {
+        assert!(
+            h.send(&json!({ "text": " ", "context_id": format!("c{i}") }).to_string())
+                .is_empty()
+        );
+    }
+    let out = h.send(r#"{"text":" ","context_id":"c5"}"#);
+    let Out::Json(_, err) = &out[0] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(err["error"], "max_active_conversations");
+    assert!(err["message"].as_str().unwrap().contains("(5)"));
+    assert_eq!(close_code_of(&out), Some(1008));
+    assert!(h.core.is_closed());
+    assert_eq!(h.core.next_deadline(), None);
+}
+
+#[test]
+fn a_closed_context_frees_its_slot_and_its_id_can_be_reused() {
+    let mut h = Harness::new(params());
+    for i in 0..5 {
+        h.send(&json!({ "text": " ", "context_id": format!("c{i}") }).to_string());
+    }
+    h.send(r#"{"context_id":"c0","close_context":true}"#);
+    assert!(h.send(r#"{"text":" ","context_id":"c5"}"#).is_empty());
+    h.send(r#"{"context_id":"c1","close_context":true}"#);
+    assert!(h.send(r#"{"text":" ","context_id":"c0"}"#).is_empty());
+    assert_eq!(h.core.open_contexts(), 5);
+}
+
+#[test]
+fn keep_alive_for_an_uninitialised_context_closes_with_1008() {
+    let mut h = Harness::new(params());
+    assert!(
+        h.send(r#"{"text":""}"#).is_empty(),
+        "socket keep-alive is fine"
+    );
+    let out = h.send(r#"{"text":"","context_id":"ghost"}"#);
+    let Out::Json(_, err) = &out[0] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(err["error"], "context_not_initialized");
+    assert_eq!(close_code_of(&out), Some(1008));
+}
+
+#[test]
+fn invalid_json_closes_with_1008_but_unknown_fields_are_ignored() {
+    let mut h = Harness::new(params());
+    assert!(
+        h.send(r#"{"text":" ","context_id":"a","future_field":{"x":1}}"#)
+            .is_empty()
+    );
+    let out = h.send("{not json");
+    assert_eq!(close_code_of(&out), Some(1008));
+    let mut h = Harness::new(params());
+    h.core.handle_binary(h.now);
+    assert_eq!(close_code_of(&h.drain()), Some(1008));
+}
+
+#[test]
+fn inactivity_closes_exactly_at_the_timeout_and_any_message_resets_it() {
+    let mut h = Harness::new(params());
+    assert!(h.run_to(15_000).is_empty());
+    h.send(r#"{"text":""}"#); // at 15 s
+    assert!(h.run_to(34_999).is_empty());
+    let out = h.run_to(35_000);
+    assert_eq!(close_code_of(&out), Some(1008));
+    let Out::Close(at, _, reason) = out.last().unwrap() else {
+        panic!()
+    };
+    assert_eq!(h.ms(*at), 35_000);
+    assert_eq!(reason, "input_timeout_exceeded");
+}
+
+#[test]
+fn close_socket_finalises_every_open_context_then_closes_1000() {
+    let mut h = Harness::new(params());
+    h.send(r#"{"text":" ","context_id":"a"}"#);
+    h.send(&json!({ "text": TEXT, "context_id": "b", "flush": true }).to_string());
+    h.run_to(400);
+    let out = h.send(r#"{"close_socket":true}"#);
+    assert_eq!(out.len(), 3, "{out:?}");
+    assert!(is_final(&out[0], "a"));
+    assert!(is_final(&out[1], "b"));
+    assert_eq!(close_code_of(&out), Some(1000));
+}
+
+#[test]
+fn stalled_audio_accepts_text_but_never_speaks() {
+    let mut h = Harness::new(CoreParams {
+        stall_audio: true,
+        ..params()
+    });
+    h.send(&json!({ "text": TEXT, "context_id": "a", "flush": true }).to_string());
+    assert!(h.run_to(10_000).is_empty());
+    let out = h.send(r#"{"context_id":"a","close_context":true}"#);
+    assert!(is_final(&out[0], "a"));
+}
+
+#[test]
+fn close_after_fault_closes_with_1011() {
+    let mut h = Harness::new(CoreParams {
+        close_after: Some(Duration::from_millis(500)),
+        ..params()
+    });
+    h.send(&json!({ "text": TEXT, "context_id": "a", "flush": true }).to_string());
+    let out = h.run_to(1_000);
+    assert_eq!(close_code_of(&out), Some(1011));
+    assert!(h.core.faulted());
+    assert_eq!(h.core.open_contexts(), 0);
+}
+
+#[test]
+fn contexts_stream_independently_and_queued_generations_follow_without_new_latency() {
+    let mut h = Harness::new(params());
+    h.send(
+        &json!({ "text": "First sentence here. ", "context_id": "a", "flush": true }).to_string(),
+    );
+    h.send(&json!({ "text": "Second one. ", "context_id": "a", "flush": true }).to_string());
+    h.send(&json!({ "text": "Other context. ", "context_id": "b", "flush": true }).to_string());
+    let out = h.run_to(10_000);
+    let expect = |n: usize| (n as f64 * 1000.0 / 15.0).round() as usize * 8;
+    assert_eq!(audio_bytes(&out, "a"), expect(21) + expect(12));
+    assert_eq!(audio_bytes(&out, "b"), expect(15));
+    let times: Vec<u64> = out
+        .iter()
+        .filter_map(|o| match o {
+            Out::Json(t, v) if v["contextId"] == "a" => Some(h.ms(*t)),
+            _ => None,
+        })
+        .collect();
+    // 2.2 s of audio at 4x is ~550 ms of wall time after the 150 ms latency.
+    assert!(*times.last().unwrap() <= 150 + 560, "{times:?}");
+}

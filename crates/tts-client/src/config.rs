@@ -1,0 +1,211 @@
+//! Session configuration and the audio formats a session can ask for.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::error::TtsError;
+
+/// Audio formats callgate asks TTS providers for: what telephony carriers
+/// play without transcoding, or linear PCM for resampling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum OutputFormat {
+    /// G.711 μ-law, 8 kHz (Twilio-ready).
+    #[default]
+    Ulaw8000,
+    /// G.711 A-law, 8 kHz.
+    Alaw8000,
+    /// 16-bit little-endian PCM, 8 kHz.
+    Pcm8000,
+    /// 16-bit little-endian PCM, 16 kHz.
+    Pcm16000,
+}
+
+impl OutputFormat {
+    /// The `output_format` query value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputFormat::Ulaw8000 => "ulaw_8000",
+            OutputFormat::Alaw8000 => "alaw_8000",
+            OutputFormat::Pcm8000 => "pcm_8000",
+            OutputFormat::Pcm16000 => "pcm_16000",
+        }
+    }
+
+    /// Samples per second.
+    pub fn sample_rate(self) -> u32 {
+        match self {
+            OutputFormat::Pcm16000 => 16_000,
+            _ => 8_000,
+        }
+    }
+
+    /// Bytes per sample.
+    pub fn bytes_per_sample(self) -> usize {
+        match self {
+            OutputFormat::Ulaw8000 | OutputFormat::Alaw8000 => 1,
+            OutputFormat::Pcm8000 | OutputFormat::Pcm16000 => 2,
+        }
+    }
+
+    /// Playing time of `bytes` bytes of this format.
+    pub fn duration_of(self, bytes: usize) -> Duration {
+        let samples = (bytes / self.bytes_per_sample()) as u64;
+        Duration::from_micros(samples * 1_000_000 / u64::from(self.sample_rate()))
+    }
+}
+
+impl fmt::Display for OutputFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How to reach an ElevenLabs-compatible `multi-stream-input` endpoint.
+/// `Debug` never prints the API key.
+#[derive(Clone)]
+pub struct TtsConfig {
+    /// Scheme and authority, e.g. `wss://api.elevenlabs.io` or
+    /// `ws://127.0.0.1:PORT`.
+    pub base_url: String,
+    pub voice_id: String,
+    pub model_id: String,
+    /// Sent as the `xi-api-key` header on the upgrade.
+    pub api_key: Option<String>,
+    pub output_format: OutputFormat,
+    /// Bound on TCP + TLS + WebSocket handshake.
+    pub connect_timeout: Duration,
+    /// Send a keep-alive when nothing was sent for this long. Must be well
+    /// under the provider's inactivity timeout (20 s by default).
+    pub keepalive_interval: Duration,
+    /// Bound on `close()`, and on how long a closing context may go without
+    /// audio or its final message (see [`crate::TtsHandle::close_context`]).
+    pub close_timeout: Duration,
+}
+
+impl TtsConfig {
+    /// A configuration with callgate's defaults: μ-law 8 kHz,
+    /// `eleven_flash_v2_5`, 5 s connect, 10 s keep-alive, 3 s close.
+    pub fn new(base_url: impl Into<String>, voice_id: impl Into<String>) -> Self {
+        TtsConfig {
+            base_url: base_url.into(),
+            voice_id: voice_id.into(),
+            model_id: "eleven_flash_v2_5".to_owned(),
+            api_key: None,
+            output_format: OutputFormat::Ulaw8000,
+            connect_timeout: Duration::from_secs(5),
+            keepalive_interval: Duration::from_secs(10),
+            close_timeout: Duration::from_secs(3),
+        }
+    }
+
+    /// The `multi-stream-input` URL this configuration connects to.
+    ///
+    /// # Errors
+    /// [`TtsError::InvalidConfig`] when the base URL is not `ws://`/`wss://`,
+    /// an id is empty, or a duration is zero.
+    pub fn endpoint(&self) -> Result<String, TtsError> {
+        let base = self.base_url.trim_end_matches('/');
+        if !(base.starts_with("ws://") || base.starts_with("wss://")) {
+            return Err(invalid(
+                "base_url",
+                format!("{base:?} must start with ws:// or wss://"),
+            ));
+        }
+        if self.voice_id.is_empty() || self.model_id.is_empty() {
+            return Err(invalid("voice_id/model_id", "must not be empty".into()));
+        }
+        let zero = [
+            ("connect_timeout", self.connect_timeout),
+            ("keepalive_interval", self.keepalive_interval),
+            ("close_timeout", self.close_timeout),
+        ];
+        if let Some((field, _)) = zero.iter().find(|(_, d)| d.is_zero()) {
+            return Err(invalid(field, "must be greater than zero".into()));
+        }
+        Ok(format!(
+            "{base}/v1/text-to-speech/{}/multi-stream-input?model_id={}&output_format={}",
+            encode(&self.voice_id),
+            encode(&self.model_id),
+            self.output_format.as_str(),
+        ))
+    }
+}
+
+impl fmt::Debug for TtsConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TtsConfig")
+            .field("base_url", &self.base_url)
+            .field("voice_id", &self.voice_id)
+            .field("model_id", &self.model_id)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("output_format", &self.output_format)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("keepalive_interval", &self.keepalive_interval)
+            .field("close_timeout", &self.close_timeout)
+            .finish()
+    }
+}
+
+fn invalid(field: &'static str, reason: String) -> TtsError {
+    TtsError::InvalidConfig { field, reason }
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters, so an id
+/// can never change the shape of the URL.
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_prints_the_key() {
+        let mut cfg = TtsConfig::new("ws://127.0.0.1:1", "voice");
+        cfg.api_key = Some("sk_secret_123".into());
+        let shown = format!("{cfg:?}");
+        assert!(!shown.contains("sk_secret_123"), "{shown}");
+        assert!(shown.contains("<redacted>"));
+    }
+
+    #[test]
+    fn endpoint_is_built_and_encoded() {
+        let mut cfg = TtsConfig::new("wss://api.elevenlabs.io/", "v/1 x");
+        cfg.output_format = OutputFormat::Pcm16000;
+        assert_eq!(
+            cfg.endpoint().unwrap(),
+            "wss://api.elevenlabs.io/v1/text-to-speech/v%2F1%20x/multi-stream-input\
+             ?model_id=eleven_flash_v2_5&output_format=pcm_16000"
+        );
+        let bad = TtsConfig::new("https://api.elevenlabs.io", "v");
+        assert!(matches!(
+            bad.endpoint(),
+            Err(TtsError::InvalidConfig {
+                field: "base_url",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn format_arithmetic() {
+        assert_eq!(
+            OutputFormat::Ulaw8000.duration_of(8_000),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            OutputFormat::Pcm16000.duration_of(32_000),
+            Duration::from_secs(1)
+        );
+        assert_eq!(OutputFormat::Alaw8000.to_string(), "alaw_8000");
+    }
+}

@@ -1,0 +1,191 @@
+//! The ElevenLabs `multi-stream-input` JSON messages. Requests use
+//! snake_case `context_id`; responses use camelCase `contextId` (some
+//! deployments send `context_id`, so both are accepted).
+
+use base64::Engine as _;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::context::ContextId;
+
+/// Creates a context: the text must be exactly one space.
+pub(crate) fn init(id: ContextId) -> String {
+    json!({ "text": " ", "context_id": id.to_string() }).to_string()
+}
+
+pub(crate) fn text(id: ContextId, text: &str) -> String {
+    json!({ "text": text, "context_id": id.to_string() }).to_string()
+}
+
+/// Generates everything buffered for the context now.
+pub(crate) fn flush(id: ContextId) -> String {
+    json!({ "text": "", "context_id": id.to_string(), "flush": true }).to_string()
+}
+
+pub(crate) fn close_context(id: ContextId) -> String {
+    json!({ "context_id": id.to_string(), "close_context": true }).to_string()
+}
+
+pub(crate) fn close_socket() -> String {
+    json!({ "close_socket": true }).to_string()
+}
+
+/// Keeps the socket (not any context) alive.
+pub(crate) fn keepalive() -> String {
+    json!({ "text": "" }).to_string()
+}
+
+/// A provider message, as far as this client cares.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Inbound {
+    Audio {
+        context: Option<ContextId>,
+        bytes: Vec<u8>,
+        /// Non-whitespace characters this chunk's alignment covers, if the
+        /// provider sent an alignment.
+        aligned_chars: Option<usize>,
+    },
+    Final {
+        context: Option<ContextId>,
+    },
+    Error {
+        message: String,
+    },
+    /// Anything else (future message kinds): ignored.
+    Other,
+}
+
+#[derive(Debug, Deserialize)]
+struct Raw {
+    audio: Option<String>,
+    #[serde(rename = "contextId")]
+    context_camel: Option<String>,
+    #[serde(rename = "context_id")]
+    context_snake: Option<String>,
+    #[serde(rename = "isFinal")]
+    final_camel: Option<bool>,
+    #[serde(rename = "is_final")]
+    final_snake: Option<bool>,
+    alignment: Option<RawAlignment>,
+    error: Option<serde_json::Value>,
+    message: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawAlignment {
+    #[serde(default)]
+    chars: Vec<String>,
+}
+
+/// Parses one text frame from the provider.
+///
+/// # Errors
+/// A description when the frame is not JSON or its audio is not base64.
+pub(crate) fn parse(frame: &str) -> Result<Inbound, String> {
+    let raw: Raw =
+        serde_json::from_str(frame).map_err(|e| format!("unparseable provider message: {e}"))?;
+    let context = raw
+        .context_camel
+        .or(raw.context_snake)
+        .and_then(|c| ContextId::from_wire(&c));
+    if raw.final_camel.or(raw.final_snake) == Some(true) {
+        return Ok(Inbound::Final { context });
+    }
+    if let Some(audio) = raw.audio.filter(|a| !a.is_empty()) {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(audio.as_bytes())
+            .map_err(|e| format!("audio is not base64: {e}"))?;
+        let aligned_chars = raw.alignment.map(|a| {
+            a.chars
+                .iter()
+                .flat_map(|c| c.chars())
+                .filter(|c| !c.is_whitespace())
+                .count()
+        });
+        return Ok(Inbound::Audio {
+            context,
+            bytes,
+            aligned_chars,
+        });
+    }
+    match (raw.error, raw.message) {
+        (None, None) => Ok(Inbound::Other),
+        (error, message) => {
+            let error = error.map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_owned));
+            let message = [error, message]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(": ");
+            Ok(Inbound::Error { message })
+        }
+    }
+}
+
+/// Characters that count towards "all audio arrived": whitespace is not
+/// voiced, and providers differ in whether their alignment includes it.
+pub(crate) fn voiced_chars(text: &str) -> usize {
+    text.chars().filter(|c| !c.is_whitespace()).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(s: &str) -> serde_json::Value {
+        serde_json::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn requests_use_snake_case_and_the_wire_context_id() {
+        assert_eq!(
+            value(&init(ContextId(3))),
+            json!({"text": " ", "context_id": "ctx-3"})
+        );
+        assert_eq!(
+            value(&flush(ContextId(3))),
+            json!({"text": "", "context_id": "ctx-3", "flush": true})
+        );
+        assert_eq!(
+            value(&close_context(ContextId(3))),
+            json!({"context_id": "ctx-3", "close_context": true})
+        );
+        assert_eq!(value(&keepalive()), json!({"text": ""}));
+    }
+
+    #[test]
+    fn audio_final_and_errors_parse_in_both_spellings() {
+        let audio = r#"{"audio":"AAEC","contextId":"ctx-1","isFinal":null,
+            "alignment":{"chars":["H","i"," "],"charStartTimesMs":[0,60,120],"charDurationsMs":[60,60,60]},
+            "normalizedAlignment":null,"newField":1}"#;
+        assert_eq!(
+            parse(audio).unwrap(),
+            Inbound::Audio {
+                context: Some(ContextId(1)),
+                bytes: vec![0, 1, 2],
+                aligned_chars: Some(2),
+            }
+        );
+        assert_eq!(
+            parse(r#"{"isFinal":true,"contextId":"ctx-2"}"#).unwrap(),
+            Inbound::Final {
+                context: Some(ContextId(2))
+            }
+        );
+        assert_eq!(
+            parse(r#"{"is_final":true,"context_id":"ctx-2","audio":null}"#).unwrap(),
+            Inbound::Final {
+                context: Some(ContextId(2))
+            }
+        );
+        assert_eq!(
+            parse(r#"{"message":"too many","error":"max_active_conversations","code":1008}"#)
+                .unwrap(),
+            Inbound::Error {
+                message: "max_active_conversations: too many".into()
+            }
+        );
+        assert_eq!(parse(r#"{"flush_done":true}"#).unwrap(), Inbound::Other);
+        assert!(parse("not json").is_err());
+    }
+}
