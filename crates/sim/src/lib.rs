@@ -75,7 +75,11 @@ impl Simulators {
     /// Starts all simulators on loopback ports chosen by the OS.
     pub async fn start_local(cfg: SimConfig) -> anyhow::Result<Self> {
         let bind = || TcpListener::bind("127.0.0.1:0");
-        Self::start(cfg, [bind().await?, bind().await?, bind().await?, bind().await?]).await
+        Self::start(
+            cfg,
+            [bind().await?, bind().await?, bind().await?, bind().await?],
+        )
+        .await
     }
 
     /// Starts all simulators on the given listeners: STT, TTS, dialog gRPC,

@@ -17,7 +17,10 @@ pub const DEFAULT_CALLER_SCRIPT: &[&str] = &[
 
 /// The default script as owned strings.
 pub fn default_script() -> Vec<String> {
-    DEFAULT_CALLER_SCRIPT.iter().map(|s| s.to_string()).collect()
+    DEFAULT_CALLER_SCRIPT
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
 }
 
 /// The line for utterance `index` (0-based), cycling through `script`.
