@@ -1,1 +1,87 @@
-//! placeholder
+//! `state-store` — everything callgate keeps in Postgres: the connection
+//! pool, the migration runner, the per-call ledger and state, owner fencing,
+//! and the write-behind queue that keeps the call actor from ever awaiting
+//! the database mid-call.
+//!
+//! What it never does: hold a pooled connection for a call's lifetime or
+//! across unrelated awaits (the incident this crate exists to prevent),
+//! block a submitter, or wait without a deadline. Setup-time calls
+//! (`open_call`, `record_rejection`) check one connection out for one
+//! statement, bounded by `checkout_timeout` + `connect_timeout` and the
+//! statement deadline. Per-turn writes are fire-and-forget into bounded
+//! per-shard queues served by writer tasks that check a connection out per
+//! batch and return it at once. A connection whose user was cancelled
+//! mid-statement is discarded (and its statement cancelled on the server),
+//! never returned to the pool in an unknown state.
+//!
+//! Every write carries the call's owner epoch; Postgres applies it only
+//! when the ledger still holds that epoch, so an instance that lost a call
+//! to a take-over cannot write to it (`fenced`). Writes are idempotent
+//! (turns/events keyed by sequence number, lifecycle stamps first-write-
+//! wins), so retries are safe.
+//!
+//! Migrations are a small ordered runner rather than refinery: one less
+//! dependency tree, sha256 checksums that refuse an edited migration, and a
+//! `pg_advisory_xact_lock` so instances starting together apply each
+//! migration once.
+//!
+//! How to drive it:
+//!
+//! ```no_run
+//! use std::time::{Duration, SystemTime};
+//! use state_store::*;
+//!
+//! # async fn demo() -> Result<(), StoreError> {
+//! let store = Store::connect(StoreConfig::new("host=/run/postgresql user=postgres", "cg-1")).await?;
+//! store.migrate().await?;
+//! let (writes, writers) = WriteBehind::start(&store, WriteBehindConfig::default());
+//!
+//! // At admission (bounded, awaited once):
+//! let call = CallId::new_random();
+//! let epoch = store
+//!     .open_call(NewCall {
+//!         call_id: call,
+//!         ingress: "twilio".into(),
+//!         carrier_call_id: None,
+//!         admitted_at: SystemTime::now(),
+//!         admission_wait: Duration::ZERO,
+//!     })
+//!     .await?;
+//!
+//! // Mid-call (never awaits; a full queue is a counted loss, not a stall):
+//! let now = SystemTime::now();
+//! let _ = writes.submit(Write::Lifecycle { call, epoch, stage: Stage::MediaReady, at: now });
+//! let _ = writes.submit(Write::Turn {
+//!     call, epoch, seq: 0, speaker: Speaker::Caller, text: "hello".into(),
+//!     started_at: now, ended_at: now, interrupted: false,
+//! });
+//!
+//! // Shutdown:
+//! let report = writers.drain(Duration::from_secs(10)).await;
+//! assert!(report.completed);
+//! # Ok(()) }
+//! ```
+//!
+//! For tests and local runs, [`LocalPostgres`] starts a throwaway cluster on
+//! a unix socket from the system's PostgreSQL binaries.
+
+mod config;
+mod conn;
+mod error;
+mod ids;
+pub mod local;
+mod migrate;
+mod rows;
+mod store;
+mod write;
+mod writebehind;
+
+pub use config::StoreConfig;
+pub use conn::PoolStatus;
+pub use error::{ErrorSource, StoreError, WriteRejected};
+pub use ids::{CallId, CleanupStatus, OwnerEpoch, Speaker, Stage};
+pub use local::{LocalOptions, LocalPostgres};
+pub use rows::{CallStateRow, EventRow, LedgerRow, NewCall, Rejection, SlotRow, TurnRow};
+pub use store::Store;
+pub use write::{Write, WriteOutcome};
+pub use writebehind::{DrainReport, WriteBehind, WriteBehindConfig, WriteStats, WriterTasks};

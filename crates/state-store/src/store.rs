@@ -1,0 +1,322 @@
+//! `Store`: the pool plus every setup-time and read-side call. Each call
+//! checks a connection out for one statement (or one short transaction) and
+//! returns it at once; nothing here holds a connection across unrelated
+//! awaits, and every wait is bounded by the config's deadlines.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::config::StoreConfig;
+use crate::conn::{Pool, PoolStatus};
+use crate::error::StoreError;
+use crate::ids::{CallId, OwnerEpoch};
+use crate::migrate;
+use crate::rows::{
+    CallStateRow, EventRow, LEDGER_COLUMNS, LedgerRow, NewCall, Rejection, SlotRow, TurnRow, col,
+    millis,
+};
+use crate::write::{self, Write, WriteOutcome};
+
+/// Rows deleted per retention statement: each batch is a short statement on
+/// a freshly checked-out connection, so retention never holds locks or a
+/// pooled connection for long.
+const PURGE_BATCH: i64 = 5_000;
+
+/// Handle to callgate's Postgres state. Cheap to clone (an `Arc` inside).
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: Pool,
+    cfg: StoreConfig,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("instance", &self.inner.cfg.instance)
+            .field("pool", &self.inner.pool.status())
+            .finish()
+    }
+}
+
+const OPEN_CALL: &str = "WITH ins AS (
+    INSERT INTO call_ledger (call_id, owner_instance, owner_epoch, ingress, carrier_call_id,
+                             admitted_at, admission_wait_ms)
+    VALUES ($1, $2, $3, $4, $5, $6, $7)
+    ON CONFLICT (call_id) DO NOTHING
+    RETURNING owner_epoch
+), st AS (
+    INSERT INTO call_state (call_id, updated_at) SELECT $1, $6 FROM ins
+)
+SELECT owner_epoch FROM ins";
+
+impl Store {
+    /// Builds the pool and proves it works by running one statement.
+    ///
+    /// # Errors
+    /// `InvalidConfig` for bad knobs; `Connect`/`ConnectTimeout`/
+    /// `QueryTimeout` when Postgres cannot be reached in time.
+    pub async fn connect(cfg: StoreConfig) -> Result<Store, StoreError> {
+        let pool = Pool::new(&cfg)?;
+        let mut conn = pool.checkout().await?;
+        conn.query("connect", "SELECT 1", &[]).await?;
+        drop(conn);
+        tracing::info!(instance = %cfg.instance, pool_size = cfg.pool_size, "store connected");
+        Ok(Store {
+            inner: Arc::new(Inner { pool, cfg }),
+        })
+    }
+
+    /// The config this store was built from.
+    #[must_use]
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.cfg
+    }
+
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.inner.pool
+    }
+
+    /// Applies pending migrations; returns the names it applied (empty when
+    /// the schema was current). Safe to run from several instances at once.
+    ///
+    /// # Errors
+    /// `MigrationChanged` when an applied migration's text was edited;
+    /// provider errors when Postgres fails.
+    pub async fn migrate(&self) -> Result<Vec<String>, StoreError> {
+        migrate::run(&self.inner.pool, migrate::MIGRATIONS).await
+    }
+
+    /// Pool gauges for health endpoints.
+    #[must_use]
+    pub fn pool_status(&self) -> PoolStatus {
+        self.inner.pool.status()
+    }
+
+    /// Records an admitted call (ledger receipt + call state) owned by this
+    /// instance, and returns its owner epoch. Retrying after a timeout is
+    /// safe: a call this instance already opened returns its epoch.
+    ///
+    /// # Errors
+    /// `CallOwned` when another instance already owns the id.
+    pub async fn open_call(&self, call: NewCall) -> Result<OwnerEpoch, StoreError> {
+        let op = "open_call";
+        let instance = &self.inner.cfg.instance;
+        let wait_ms = millis(call.admission_wait);
+        let mut conn = self.inner.pool.checkout().await?;
+        let rows = conn
+            .query(
+                op,
+                OPEN_CALL,
+                &[
+                    &call.call_id.0,
+                    instance,
+                    &OwnerEpoch::FIRST.0,
+                    &call.ingress,
+                    &call.carrier_call_id,
+                    &call.admitted_at,
+                    &wait_ms,
+                ],
+            )
+            .await?;
+        if let Some(row) = rows.first() {
+            return Ok(OwnerEpoch(col(row, 0, op)?));
+        }
+        // The id exists already: an idempotent retry, or someone else's call.
+        let sql = "SELECT owner_instance, owner_epoch FROM call_ledger WHERE call_id = $1";
+        let row = conn.query_one(op, sql, &[&call.call_id.0]).await?;
+        let owner: String = col(&row, 0, op)?;
+        let epoch = OwnerEpoch(col(&row, 1, op)?);
+        if owner == *instance {
+            return Ok(epoch);
+        }
+        Err(StoreError::CallOwned {
+            call: call.call_id,
+            owner,
+            epoch,
+        })
+    }
+
+    /// Takes an open call over for this instance (reconnect or hand-off):
+    /// bumps its owner epoch, so every write still carrying the old epoch
+    /// is fenced from now on.
+    ///
+    /// # Errors
+    /// `UnknownCall` when the call has no ledger row or is already closed.
+    pub async fn take_over(&self, call: CallId) -> Result<OwnerEpoch, StoreError> {
+        let op = "take_over";
+        let sql = "UPDATE call_ledger SET owner_epoch = owner_epoch + 1, owner_instance = $2 \
+                   WHERE call_id = $1 AND cleanup_status = 'pending' RETURNING owner_epoch";
+        let mut conn = self.inner.pool.checkout().await?;
+        let rows = conn
+            .query(op, sql, &[&call.0, &self.inner.cfg.instance])
+            .await?;
+        let row = rows.first().ok_or(StoreError::UnknownCall { call })?;
+        let epoch = OwnerEpoch(col(row, 0, op)?);
+        tracing::info!(call_id = %call, epoch = %epoch, "took call ownership");
+        Ok(epoch)
+    }
+
+    /// Records a refused call so rejections are countable. Idempotent.
+    ///
+    /// # Errors
+    /// Provider errors when Postgres fails or is slow.
+    pub async fn record_rejection(&self, r: Rejection) -> Result<(), StoreError> {
+        let sql = "INSERT INTO admission_rejections \
+                   (call_id, instance, ingress, carrier_call_id, reason, waited_ms, at) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (call_id) DO NOTHING";
+        let waited = millis(r.waited);
+        let mut conn = self.inner.pool.checkout().await?;
+        conn.execute(
+            "record_rejection",
+            sql,
+            &[
+                &r.call_id.0,
+                &r.instance,
+                &r.ingress,
+                &r.carrier_call_id,
+                &r.reason,
+                &waited,
+                &r.at,
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Applies one write now, on one short-lived connection, and says what
+    /// Postgres did with it. The write-behind calls this; setup and
+    /// shutdown paths may call it directly when they must know the result.
+    ///
+    /// # Errors
+    /// Provider errors (retryable per `is_retryable`). A stale epoch is not
+    /// an error: it is `Ok(WriteOutcome::Fenced { .. })`.
+    pub async fn apply(&self, w: &Write) -> Result<WriteOutcome, StoreError> {
+        let mut conn = self.inner.pool.checkout().await?;
+        write::apply(&mut conn, w, 0).await
+    }
+
+    /// Retention: deletes turns and slots of calls admitted before
+    /// `older_than`; ledger receipts, events and call state stay. Returns
+    /// the number of rows deleted.
+    ///
+    /// # Errors
+    /// Provider errors; rows deleted by earlier batches stay deleted.
+    pub async fn purge_personal_data(&self, older_than: SystemTime) -> Result<u64, StoreError> {
+        const TURNS: &str = "DELETE FROM call_turns t USING (
+            SELECT t2.call_id, t2.seq FROM call_turns t2 JOIN call_ledger l USING (call_id)
+            WHERE l.admitted_at < $1 LIMIT $2) d
+            WHERE t.call_id = d.call_id AND t.seq = d.seq";
+        const SLOTS: &str = "DELETE FROM call_slots s USING (
+            SELECT s2.call_id, s2.name FROM call_slots s2 JOIN call_ledger l USING (call_id)
+            WHERE l.admitted_at < $1 LIMIT $2) d
+            WHERE s.call_id = d.call_id AND s.name = d.name";
+        let mut total = 0;
+        for sql in [TURNS, SLOTS] {
+            loop {
+                let mut conn = self.inner.pool.checkout().await?;
+                let n = conn
+                    .execute("purge", sql, &[&older_than, &PURGE_BATCH])
+                    .await?;
+                total += n;
+                if n < PURGE_BATCH.unsigned_abs() {
+                    break;
+                }
+            }
+        }
+        tracing::info!(rows = total, "purged personal data");
+        Ok(total)
+    }
+
+    /// The call's ledger receipt.
+    ///
+    /// # Errors
+    /// Provider errors.
+    pub async fn ledger(&self, id: CallId) -> Result<Option<LedgerRow>, StoreError> {
+        let sql = format!("SELECT {LEDGER_COLUMNS} FROM call_ledger WHERE call_id = $1");
+        let mut conn = self.inner.pool.checkout().await?;
+        let rows = conn.query("ledger", &sql, &[&id.0]).await?;
+        rows.first().map(LedgerRow::from_row).transpose()
+    }
+
+    /// The call's turns in order.
+    ///
+    /// # Errors
+    /// Provider errors.
+    pub async fn turns(&self, id: CallId) -> Result<Vec<TurnRow>, StoreError> {
+        let sql = "SELECT seq, speaker, text, started_at, ended_at, interrupted \
+                   FROM call_turns WHERE call_id = $1 ORDER BY seq";
+        let mut conn = self.inner.pool.checkout().await?;
+        let rows = conn.query("turns", sql, &[&id.0]).await?;
+        rows.iter().map(TurnRow::from_row).collect()
+    }
+
+    /// The call's raw events in order.
+    ///
+    /// # Errors
+    /// Provider errors.
+    pub async fn events(&self, id: CallId) -> Result<Vec<EventRow>, StoreError> {
+        let sql = "SELECT seq, at, kind, detail FROM call_events WHERE call_id = $1 ORDER BY seq";
+        let mut conn = self.inner.pool.checkout().await?;
+        let rows = conn.query("events", sql, &[&id.0]).await?;
+        rows.iter().map(EventRow::from_row).collect()
+    }
+
+    /// The call's slots by name.
+    ///
+    /// # Errors
+    /// Provider errors.
+    pub async fn slots(&self, id: CallId) -> Result<Vec<SlotRow>, StoreError> {
+        let sql = "SELECT name, value, updated_at FROM call_slots WHERE call_id = $1 ORDER BY name";
+        let mut conn = self.inner.pool.checkout().await?;
+        let rows = conn.query("slots", sql, &[&id.0]).await?;
+        rows.iter().map(SlotRow::from_row).collect()
+    }
+
+    /// The call's mutable flags.
+    ///
+    /// # Errors
+    /// Provider errors.
+    pub async fn call_state(&self, id: CallId) -> Result<Option<CallStateRow>, StoreError> {
+        let sql = "SELECT escalated, escalation_reason, escalated_at \
+                   FROM call_state WHERE call_id = $1";
+        let mut conn = self.inner.pool.checkout().await?;
+        let rows = conn.query("call_state", sql, &[&id.0]).await?;
+        rows.first().map(CallStateRow::from_row).transpose()
+    }
+
+    /// `ledger_open_sessions`: calls owned by `instance` whose cleanup has
+    /// not been recorded.
+    ///
+    /// # Errors
+    /// Provider errors.
+    pub async fn open_ledger_sessions(&self, instance: &str) -> Result<i64, StoreError> {
+        let sql = "SELECT count(*) FROM call_ledger \
+                   WHERE owner_instance = $1 AND cleanup_status = 'pending'";
+        let mut conn = self.inner.pool.checkout().await?;
+        let row = conn
+            .query_one("open_ledger_sessions", sql, &[&instance])
+            .await?;
+        col(&row, 0, "open_ledger_sessions")
+    }
+
+    /// Refused calls recorded for `instance` since `since`.
+    ///
+    /// # Errors
+    /// Provider errors.
+    pub async fn rejections_since(
+        &self,
+        instance: &str,
+        since: SystemTime,
+    ) -> Result<i64, StoreError> {
+        let sql = "SELECT count(*) FROM admission_rejections WHERE instance = $1 AND at >= $2";
+        let mut conn = self.inner.pool.checkout().await?;
+        let row = conn
+            .query_one("rejections_since", sql, &[&instance, &since])
+            .await?;
+        col(&row, 0, "rejections_since")
+    }
+}
