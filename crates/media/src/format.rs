@@ -99,7 +99,10 @@ mod tests {
     fn frame_sizes_match_the_carriers() {
         assert_eq!(AudioFormat::MULAW_8K.frame_bytes(), 160);
         assert_eq!(AudioFormat::PCM16_16K.frame_bytes(), 640);
-        assert_eq!(AudioFormat::MULAW_8K.duration_of(8_000), Duration::from_secs(1));
+        assert_eq!(
+            AudioFormat::MULAW_8K.duration_of(8_000),
+            Duration::from_secs(1)
+        );
     }
 
     #[test]

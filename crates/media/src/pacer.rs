@@ -188,7 +188,10 @@ mod tests {
         // Late by far more than a frame: re-anchored, so only one frame now.
         assert_eq!(out, vec![Paced::Frame(vec![1, 2, 3, 4])]);
         let out = drain(&mut p, t0 + Duration::from_millis(1_020));
-        assert_eq!(out, vec![Paced::Frame(vec![5, 6, 0xFF, 0xFF]), Paced::Mark("m")]);
+        assert_eq!(
+            out,
+            vec![Paced::Frame(vec![5, 6, 0xFF, 0xFF]), Paced::Mark("m")]
+        );
     }
 
     #[test]

@@ -48,7 +48,11 @@ impl Fir {
         for x in input {
             self.history.push(x);
             let window = &self.history[self.history.len() - TAPS..];
-            let y: f32 = window.iter().zip(self.taps.iter().rev()).map(|(a, b)| a * b).sum();
+            let y: f32 = window
+                .iter()
+                .zip(self.taps.iter().rev())
+                .map(|(a, b)| a * b)
+                .sum();
             out(y);
             if self.history.len() > 4 * TAPS {
                 self.history.drain(..self.history.len() - (TAPS - 1));
@@ -149,7 +153,11 @@ mod tests {
         let input = tone(16_000.0, 6_000.0, 16_000);
         let mut down = Downsampler2x::default();
         let lo = down.process(&input);
-        assert!(rms(&lo[100..]) < rms(&input) * 0.05, "alias leaked: {}", rms(&lo[100..]));
+        assert!(
+            rms(&lo[100..]) < rms(&input) * 0.05,
+            "alias leaked: {}",
+            rms(&lo[100..])
+        );
     }
 
     #[test]

@@ -90,6 +90,9 @@ mod tests {
 
     #[test]
     fn same_seed_same_audio() {
-        assert_eq!(SpeechSynth::new(8_000, 5).utterance(300), SpeechSynth::new(8_000, 5).utterance(300));
+        assert_eq!(
+            SpeechSynth::new(8_000, 5).utterance(300),
+            SpeechSynth::new(8_000, 5).utterance(300)
+        );
     }
 }

@@ -173,8 +173,12 @@ mod tests {
         let mut vad = EnergyVad::new(VadConfig::default(), 8_000);
         let events: Vec<VadEvent> = audio.chunks(160).flat_map(|c| vad.push(c)).collect();
         assert_eq!(events.len(), 2, "{events:?}");
-        let VadEvent::SpeechStart { at_ms: start } = events[0] else { panic!("{events:?}") };
-        let VadEvent::SpeechEnd { at_ms: end } = events[1] else { panic!("{events:?}") };
+        let VadEvent::SpeechStart { at_ms: start } = events[0] else {
+            panic!("{events:?}")
+        };
+        let VadEvent::SpeechEnd { at_ms: end } = events[1] else {
+            panic!("{events:?}")
+        };
         assert!((480..=560).contains(&start), "start {start}");
         assert!((1_640..=1_720).contains(&end), "end {end}");
     }

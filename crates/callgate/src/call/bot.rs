@@ -1,0 +1,126 @@
+//! Bookkeeping of the bot's side of the conversation: which dialog turn is
+//! current, its TTS context, what text was spoken and how much was heard.
+
+use std::time::Instant;
+
+use dialog_grpc::TurnId;
+use tts_client::ContextId;
+
+/// Speaking rate assumed when the length of a reply's audio is not yet
+/// known (ElevenLabs-class voices speak about 15 characters per second).
+const ASSUMED_CHARS_PER_SECOND: f64 = 15.0;
+
+/// One bot reply in progress.
+#[derive(Debug)]
+pub struct BotTurn {
+    pub turn: TurnId,
+    pub ctx: ContextId,
+    /// All text sent to TTS for this turn.
+    pub text: String,
+    /// Audio received from TTS for this turn (μ-law bytes = samples).
+    pub audio_bytes: usize,
+    /// Audio frames sent to the carrier for this turn.
+    pub frames_sent: u64,
+    pub started_at: Instant,
+    /// The dialog service said the turn is complete.
+    pub dialog_done: bool,
+    /// TTS delivered the context's final audio.
+    pub tts_done: bool,
+    /// The end-of-turn mark has been queued after the audio.
+    pub mark: Option<String>,
+}
+
+impl BotTurn {
+    pub fn new(turn: TurnId, ctx: ContextId, now: Instant) -> Self {
+        BotTurn {
+            turn,
+            ctx,
+            text: String::new(),
+            audio_bytes: 0,
+            frames_sent: 0,
+            started_at: now,
+            dialog_done: false,
+            tts_done: false,
+            mark: None,
+        }
+    }
+
+    /// Whether the reply is fully generated and only playback remains.
+    pub fn generated(&self) -> bool {
+        self.dialog_done && self.tts_done
+    }
+
+    /// The text the caller has heard, given how much audio reached them.
+    pub fn heard_text(&self, lead_ms: u64) -> &str {
+        let sent_ms = self.frames_sent * media::FRAME_MS;
+        let played_ms = sent_ms.saturating_sub(lead_ms);
+        let total_ms = self.tts_done.then_some(self.audio_bytes as u64 / 8);
+        played_prefix(&self.text, played_ms, total_ms)
+    }
+}
+
+/// The prefix of `text` spoken in `played_ms`, cut at a word boundary. When
+/// the reply's total audio length is known the proportion is exact;
+/// otherwise an average speaking rate is assumed.
+pub fn played_prefix(text: &str, played_ms: u64, total_ms: Option<u64>) -> &str {
+    if played_ms == 0 || text.is_empty() {
+        return "";
+    }
+    let chars = text.chars().count();
+    let heard = match total_ms {
+        Some(total) if total > 0 => {
+            (chars as u128 * u128::from(played_ms.min(total)) / u128::from(total)) as usize
+        }
+        _ => (played_ms as f64 / 1000.0 * ASSUMED_CHARS_PER_SECOND) as usize,
+    };
+    if heard >= chars {
+        return text;
+    }
+    let cut = text
+        .char_indices()
+        .nth(heard)
+        .map_or(text.len(), |(i, _)| i);
+    if text[cut..].starts_with(char::is_whitespace) {
+        return text[..cut].trim_end();
+    }
+    match text[..cut].rfind(char::is_whitespace) {
+        Some(i) => text[..i].trim_end(),
+        None => "",
+    }
+}
+
+/// How the call will end once the current reply has played.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exit {
+    /// The dialog service asked for a human.
+    Transfer(String),
+    /// The dialog service ended the call.
+    End(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heard_text_is_cut_at_a_word_boundary() {
+        let t = "Good news, a table for four is free.";
+        assert_eq!(played_prefix(t, 0, Some(2_400)), "");
+        assert_eq!(played_prefix(t, 1_200, Some(2_400)), "Good news, a table");
+        assert_eq!(played_prefix(t, 5_000, Some(2_400)), t);
+        // Unknown total: 15 chars/s → 1 s is about "Good news, a".
+        assert_eq!(played_prefix(t, 1_000, None), "Good news, a");
+    }
+
+    #[test]
+    fn heard_text_accounts_for_the_lead() {
+        let mut b = BotTurn::new(TurnId(1), ContextId(1), Instant::now());
+        b.text = "one two three four".into();
+        b.audio_bytes = 8_000; // 1 s
+        b.tts_done = true;
+        b.frames_sent = 3; // 60 ms sent, all of it still in the carrier's buffer
+        assert_eq!(b.heard_text(60), "");
+        b.frames_sent = 50;
+        assert_eq!(b.heard_text(60), "one two three");
+    }
+}

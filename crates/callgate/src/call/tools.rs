@@ -1,0 +1,285 @@
+//! Tool calls requested by the dialog service, run as tasks owned by the call.
+//!
+//! Policy (DESIGN.md principle 7): every tool task belongs to its call. When
+//! the caller interrupts a turn, that turn's non-privileged tools are
+//! cancelled (their answer no longer matters) while privileged ones — which
+//! act for the caller, e.g. a booking — run to completion so the dialog learns
+//! what really happened. When the call ends, *all* tools are cancelled:
+//! nothing outlives its call. A result that arrives for a cancelled or
+//! superseded turn is dropped and counted as stale.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use dialog_grpc::{ToolCallId, TurnId};
+use tokio::task::{AbortHandle, JoinSet};
+
+use crate::metrics as m;
+
+/// A finished tool call, ready to be sent back to the dialog service.
+#[derive(Debug)]
+pub struct ToolOutcome {
+    pub id: ToolCallId,
+    pub turn: TurnId,
+    pub result_json: String,
+    pub is_error: bool,
+}
+
+/// Delegation counters for the ledger.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize)]
+pub struct ToolStats {
+    pub started: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    pub stale: u64,
+    pub refused: u64,
+}
+
+struct Running {
+    abort: AbortHandle,
+    turn: TurnId,
+    privileged: bool,
+}
+
+/// The call's tool tasks.
+pub struct ToolRunner {
+    http: reqwest::Client,
+    base_url: String,
+    timeout: Duration,
+    max_in_flight: usize,
+    tasks: JoinSet<ToolOutcome>,
+    running: HashMap<ToolCallId, Running>,
+    pub stats: ToolStats,
+}
+
+impl ToolRunner {
+    pub fn new(
+        http: reqwest::Client,
+        base_url: String,
+        timeout: Duration,
+        max_in_flight: usize,
+    ) -> Self {
+        ToolRunner {
+            http,
+            base_url,
+            timeout,
+            max_in_flight,
+            tasks: JoinSet::new(),
+            running: HashMap::new(),
+            stats: ToolStats::default(),
+        }
+    }
+
+    /// Tools running now.
+    pub fn in_flight(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Starts a tool call. Returns an immediate error outcome when the call
+    /// already has `max_in_flight` tools running (the dialog service gets a
+    /// clear error instead of an unbounded pile of work).
+    pub fn start(
+        &mut self,
+        id: ToolCallId,
+        turn: TurnId,
+        name: &str,
+        args_json: String,
+        privileged: bool,
+    ) -> Option<ToolOutcome> {
+        if self.running.len() >= self.max_in_flight || !valid_tool_name(name) {
+            self.stats.refused += 1;
+            metrics::counter!(m::TOOL_CALLS, "result" => "refused").increment(1);
+            let why = if valid_tool_name(name) {
+                "too many tool calls in flight"
+            } else {
+                "invalid tool name"
+            };
+            return Some(ToolOutcome {
+                id,
+                turn,
+                result_json: serde_json::json!({ "error": why }).to_string(),
+                is_error: true,
+            });
+        }
+        self.stats.started += 1;
+        let url = format!("{}/{}", self.base_url.trim_end_matches('/'), name);
+        let fut = call_tool(
+            self.http.clone(),
+            url,
+            args_json,
+            self.timeout,
+            id.clone(),
+            turn,
+        );
+        let abort = self.tasks.spawn(fut);
+        self.running.insert(
+            id,
+            Running {
+                abort,
+                turn,
+                privileged,
+            },
+        );
+        None
+    }
+
+    /// The next finished tool; pending forever when none is running, so it
+    /// can sit in a `select!`.
+    pub async fn next(&mut self) -> ToolOutcome {
+        loop {
+            match self.tasks.join_next().await {
+                None => std::future::pending::<()>().await,
+                Some(Err(_cancelled_or_panicked)) => continue,
+                Some(Ok(outcome)) => {
+                    if self.running.remove(&outcome.id).is_none() {
+                        self.stats.stale += 1;
+                        metrics::counter!(m::STALE_DROPPED, "kind" => "tool_result").increment(1);
+                        continue;
+                    }
+                    let label = if outcome.is_error { "error" } else { "ok" };
+                    if outcome.is_error {
+                        self.stats.failed += 1;
+                    } else {
+                        self.stats.completed += 1;
+                    }
+                    metrics::counter!(m::TOOL_CALLS, "result" => label).increment(1);
+                    return outcome;
+                }
+            }
+        }
+    }
+
+    /// The caller interrupted `turn`: cancel its non-privileged tools.
+    pub fn cancel_interrupted(&mut self, turn: TurnId) {
+        self.cancel_where(|r| r.turn == turn && !r.privileged);
+    }
+
+    /// The call is ending: cancel everything.
+    pub fn cancel_all(&mut self) {
+        self.cancel_where(|_| true);
+        self.tasks.abort_all();
+    }
+
+    fn cancel_where(&mut self, pred: impl Fn(&Running) -> bool) {
+        let ids: Vec<ToolCallId> = self
+            .running
+            .iter()
+            .filter(|(_, r)| pred(r))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            if let Some(r) = self.running.remove(&id) {
+                r.abort.abort();
+                self.stats.cancelled += 1;
+                metrics::counter!(m::TOOL_CALLS, "result" => "cancelled").increment(1);
+            }
+        }
+    }
+}
+
+/// Tool names become URL path segments: letters, digits, `_` and `-` only.
+fn valid_tool_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+async fn call_tool(
+    http: reqwest::Client,
+    url: String,
+    args: String,
+    timeout: Duration,
+    id: ToolCallId,
+    turn: TurnId,
+) -> ToolOutcome {
+    let started = Instant::now();
+    let res = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .body(args)
+        .timeout(timeout)
+        .send()
+        .await;
+    let (result_json, is_error) = match res {
+        Err(e) if e.is_timeout() => (
+            error_json(&format!("tool timed out after {} ms", timeout.as_millis())),
+            true,
+        ),
+        Err(e) => (error_json(&format!("tool unreachable: {e}")), true),
+        Ok(resp) => {
+            let status = resp.status();
+            match resp.text().await {
+                Ok(body) if status.is_success() => (body, false),
+                Ok(body) => (
+                    error_json(&format!("tool answered {status}: {}", truncate(&body, 200))),
+                    true,
+                ),
+                Err(e) => (error_json(&format!("tool body unreadable: {e}")), true),
+            }
+        }
+    };
+    metrics::histogram!(m::TOOL_SECONDS).record(started.elapsed().as_secs_f64());
+    ToolOutcome {
+        id,
+        turn,
+        result_json,
+        is_error,
+    }
+}
+
+fn error_json(msg: &str) -> String {
+    serde_json::json!({ "error": msg }).to_string()
+}
+
+fn truncate(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_names_are_path_safe() {
+        assert!(valid_tool_name("check_availability"));
+        assert!(!valid_tool_name("../admin"));
+        assert!(!valid_tool_name(""));
+    }
+
+    #[tokio::test]
+    async fn a_full_runner_refuses_and_cancel_all_counts() {
+        let mut r = ToolRunner::new(
+            reqwest::Client::new(),
+            "http://127.0.0.1:9/tools".into(),
+            Duration::from_secs(5),
+            1,
+        );
+        assert!(
+            r.start(ToolCallId("a".into()), TurnId(1), "slow", "{}".into(), true)
+                .is_none()
+        );
+        let refused = r
+            .start(
+                ToolCallId("b".into()),
+                TurnId(1),
+                "slow",
+                "{}".into(),
+                false,
+            )
+            .unwrap();
+        assert!(refused.is_error);
+        r.cancel_interrupted(TurnId(1));
+        assert_eq!(r.in_flight(), 1, "privileged tools survive an interruption");
+        r.cancel_all();
+        assert_eq!(
+            (r.in_flight(), r.stats.cancelled, r.stats.refused),
+            (0, 1, 1)
+        );
+    }
+}

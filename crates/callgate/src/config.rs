@@ -1,0 +1,462 @@
+//! Server configuration: `config/callgate.toml`, overridden by environment.
+//!
+//! Every key has a default and a comment in `config/callgate.toml`. Environment
+//! variables override the file: `CALLGATE_<SECTION>__<KEY>` (double underscore
+//! between section and key, e.g. `CALLGATE_STT__API_KEY`), plus the shortcut
+//! `CALLGATE_DATABASE_URL` for `database.url`. Durations are integers with
+//! their unit in the key name (`_ms`, `_s`).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub twilio: TwilioConfig,
+    pub admission: AdmissionConfig,
+    pub database: DatabaseConfig,
+    pub stt: SttSection,
+    pub tts: TtsSection,
+    pub dialog: DialogSection,
+    pub tools: ToolsConfig,
+    pub overflow: OverflowConfig,
+    pub call: CallConfig,
+    pub retention: RetentionConfig,
+    pub log: LogConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// HTTP/WebSocket listener (media streams, health, metrics, admin).
+    pub listen: SocketAddr,
+    /// This instance's name: the owner recorded in the session ledger.
+    pub instance: String,
+    /// How long a drain waits for calls to finish before ending them.
+    pub drain_timeout_s: u64,
+    /// When set, `/admin/*` requires `Authorization: Bearer <token>`.
+    pub admin_token: Option<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            instance: default_instance(),
+            drain_timeout_s: 300,
+            admin_token: None,
+        }
+    }
+}
+
+fn default_instance() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "callgate".to_string())
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TwilioConfig {
+    /// When set, `X-Twilio-Signature` is required and checked on every upgrade.
+    pub auth_token: Option<String>,
+    /// The public URL Twilio connects to (`wss://…/v1/media-stream`), as signed.
+    /// Needed when a proxy rewrites the host; otherwise the Host header is used.
+    pub public_url: Option<String>,
+    /// Largest WebSocket message accepted from the carrier, in bytes.
+    pub max_message_bytes: usize,
+    /// Largest decoded `media` payload accepted, in bytes (160 = one 20 ms frame).
+    pub max_media_payload_bytes: usize,
+    /// How long after the upgrade the `start` event must arrive.
+    pub start_timeout_ms: u64,
+}
+
+impl Default for TwilioConfig {
+    fn default() -> Self {
+        TwilioConfig {
+            auth_token: None,
+            public_url: None,
+            max_message_bytes: 64 * 1024,
+            max_media_payload_bytes: 1_600,
+            start_timeout_ms: 5_000,
+        }
+    }
+}
+
+/// `"auto"` or a pinned number of calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MaxCalls {
+    Pinned(u32),
+    Auto(AutoTag),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoTag {
+    Auto,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdmissionConfig {
+    /// `"auto"`: the smallest of the four ceilings minus `headroom`; or a number.
+    pub max_concurrent_calls: MaxCalls,
+    /// Slots kept free below the smallest ceiling when on auto.
+    pub headroom: u32,
+    /// Calls allowed to wait for a slot; one more is rejected at once.
+    pub queue_max: usize,
+    /// Longest wait for a slot before the call goes to the overflow path.
+    pub queue_timeout_ms: u64,
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        AdmissionConfig {
+            max_concurrent_calls: MaxCalls::Auto(AutoTag::Auto),
+            headroom: 2,
+            queue_max: 100,
+            queue_timeout_ms: 4_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// libpq-style conninfo or `postgres://` URL. Env: `CALLGATE_DATABASE_URL`.
+    pub url: String,
+    /// Pooled connections (shared by setup writes and the write-behind writers).
+    pub pool_size: usize,
+    /// Calls the database tier is sized for (its admission ceiling).
+    /// Default: `pool_size × calls_per_connection`.
+    pub max_calls: Option<u32>,
+    /// Calls one pooled connection can serve with per-turn writes (measured).
+    pub calls_per_connection: u32,
+    pub checkout_timeout_ms: u64,
+    pub connect_timeout_ms: u64,
+    pub statement_timeout_ms: u64,
+    /// Bound on opening a call's state (ledger row) during setup.
+    pub setup_timeout_ms: u64,
+    /// Write-behind writer tasks (each with its own connection checkouts).
+    pub writers: usize,
+    /// Queued writes per writer before new writes are refused (and counted lost).
+    pub write_queue_per_writer: usize,
+    /// How long a write is retried while Postgres is unavailable before it is lost.
+    pub retry_window_s: u64,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        DatabaseConfig {
+            url: "host=/var/run/postgresql user=postgres dbname=callgate".to_string(),
+            pool_size: 16,
+            max_calls: None,
+            calls_per_connection: 25,
+            checkout_timeout_ms: 1_000,
+            connect_timeout_ms: 2_000,
+            statement_timeout_ms: 5_000,
+            setup_timeout_ms: 2_000,
+            writers: 4,
+            write_queue_per_writer: 4_096,
+            retry_window_s: 30,
+        }
+    }
+}
+
+impl DatabaseConfig {
+    /// The database ceiling on concurrent calls.
+    pub fn calls_ceiling(&self) -> u32 {
+        self.max_calls
+            .unwrap_or_else(|| (self.pool_size as u32).saturating_mul(self.calls_per_connection))
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SttSection {
+    /// Deepgram-compatible live endpoint (`wss://api.deepgram.com/v1/listen`).
+    pub url: String,
+    pub api_key: Option<String>,
+    pub model: Option<String>,
+    pub language: Option<String>,
+    /// Concurrent streams the account allows (an admission ceiling).
+    pub max_sessions: u32,
+    pub endpointing_ms: u32,
+    pub utterance_end_ms: u32,
+    pub connect_timeout_ms: u64,
+    pub close_timeout_ms: u64,
+}
+
+impl Default for SttSection {
+    fn default() -> Self {
+        SttSection {
+            url: "ws://127.0.0.1:8081/v1/listen".to_string(),
+            api_key: None,
+            model: Some("nova-3".to_string()),
+            language: Some("en".to_string()),
+            max_sessions: 50,
+            endpointing_ms: 300,
+            utterance_end_ms: 1_000,
+            connect_timeout_ms: 2_000,
+            close_timeout_ms: 2_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TtsSection {
+    /// ElevenLabs-compatible base URL (`wss://api.elevenlabs.io`).
+    pub base_url: String,
+    pub voice_id: String,
+    pub model_id: String,
+    pub api_key: Option<String>,
+    /// Concurrent sockets the account allows (an admission ceiling).
+    pub max_sessions: u32,
+    pub connect_timeout_ms: u64,
+    pub close_timeout_ms: u64,
+}
+
+impl Default for TtsSection {
+    fn default() -> Self {
+        TtsSection {
+            base_url: "ws://127.0.0.1:8082".to_string(),
+            voice_id: "21m00Tcm4TlvDq8ikWAM".to_string(),
+            model_id: "eleven_flash_v2_5".to_string(),
+            api_key: None,
+            max_sessions: 50,
+            connect_timeout_ms: 2_000,
+            close_timeout_ms: 2_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DialogSection {
+    /// gRPC endpoint of the dialog service (`http://host:port`).
+    pub endpoint: String,
+    /// Concurrent `Converse` streams the service allows (an admission ceiling).
+    pub max_streams: u32,
+    /// HTTP/2 connections to spread streams over.
+    pub channels: usize,
+    pub connect_timeout_ms: u64,
+    pub open_timeout_ms: u64,
+}
+
+impl Default for DialogSection {
+    fn default() -> Self {
+        DialogSection {
+            endpoint: "http://127.0.0.1:8083".to_string(),
+            max_streams: 50,
+            channels: 4,
+            connect_timeout_ms: 2_000,
+            open_timeout_ms: 2_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// Tool calls are `POST {base_url}/{tool name}` with the JSON arguments.
+    pub base_url: String,
+    pub timeout_ms: u64,
+    /// Tool calls one call may have running at once; more are answered with an error.
+    pub max_in_flight_per_call: usize,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        ToolsConfig {
+            base_url: "http://127.0.0.1:8084/tools".to_string(),
+            timeout_ms: 5_000,
+            max_in_flight_per_call: 4,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct OverflowConfig {
+    /// Optional webhook told about every overflowed call (call id, reason, waited).
+    pub webhook_url: Option<String>,
+    pub webhook_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CallConfig {
+    /// Hard maximum call duration; the call is ended with a goodbye prompt.
+    pub max_duration_s: u64,
+    /// How far ahead of real time outbound audio may be sent to the carrier.
+    pub pacer_lead_ms: u64,
+    /// Bound on closing the four connections at the end of a call.
+    pub teardown_timeout_ms: u64,
+    /// After the final mark of an ended/overflowed call, how long to wait
+    /// for the carrier to echo it before closing anyway (beyond the audio).
+    pub final_mark_grace_ms: u64,
+}
+
+impl Default for CallConfig {
+    fn default() -> Self {
+        CallConfig {
+            max_duration_s: 3_600,
+            pacer_lead_ms: 60,
+            teardown_timeout_ms: 3_000,
+            final_mark_grace_ms: 2_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Transcripts and slots older than this are deleted (0 = keep forever).
+    pub transcript_days: u32,
+    pub purge_interval_s: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            transcript_days: 30,
+            purge_interval_s: 3_600,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: String,
+    /// A `tracing` filter, e.g. `info` or `callgate=debug,info`. Env `RUST_LOG` wins.
+    pub filter: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            format: "text".to_string(),
+            filter: "info".to_string(),
+        }
+    }
+}
+
+/// A configuration that could not be loaded or is inconsistent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("cannot load configuration: {0}")]
+    Load(#[from] Box<figment::Error>),
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Loads `path` (if given), then the environment, then validates.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(p) = path {
+            if !p.exists() {
+                return Err(ConfigError::Invalid(format!(
+                    "{} does not exist",
+                    p.display()
+                )));
+            }
+            fig = fig.merge(Toml::file(p));
+        }
+        fig = fig.merge(
+            Env::prefixed("CALLGATE_")
+                .split("__")
+                .ignore(&["database_url"]),
+        );
+        if let Ok(url) = std::env::var("CALLGATE_DATABASE_URL") {
+            fig = fig.merge(Serialized::default("database.url", url));
+        }
+        let cfg: Config = fig.extract().map_err(Box::new)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks the values that would otherwise fail late and obscurely.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: &str| Err(ConfigError::Invalid(m.to_string()));
+        if self.database.pool_size == 0 || self.database.writers == 0 {
+            return bad("database.pool_size and database.writers must be at least 1");
+        }
+        if self.database.writers >= self.database.pool_size {
+            return bad(
+                "database.writers must be below database.pool_size (setup needs connections too)",
+            );
+        }
+        if self.admission.queue_timeout_ms == 0 && self.admission.queue_max > 0 {
+            return bad("admission.queue_timeout_ms must be positive when queue_max > 0");
+        }
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            return bad("log.format must be \"text\" or \"json\"");
+        }
+        if self.twilio.max_media_payload_bytes < 160 {
+            return bad("twilio.max_media_payload_bytes must hold at least one 20 ms frame (160)");
+        }
+        Ok(())
+    }
+}
+
+/// Milliseconds as a `Duration`.
+pub fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_config_file_parses_and_matches_the_defaults_it_documents() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/callgate.toml");
+        let cfg = Config::load(Some(&path)).unwrap();
+        assert_eq!(
+            cfg.admission.max_concurrent_calls,
+            MaxCalls::Auto(AutoTag::Auto)
+        );
+        assert_eq!(cfg.admission.queue_timeout_ms, 4_000);
+        assert_eq!(cfg.stt.max_sessions, SttSection::default().max_sessions);
+    }
+
+    #[test]
+    fn a_pinned_capacity_parses_as_a_number() {
+        let cfg: Config = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::string("[admission]\nmax_concurrent_calls = 100\n"))
+            .extract()
+            .unwrap();
+        assert_eq!(cfg.admission.max_concurrent_calls, MaxCalls::Pinned(100));
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let r: Result<Config, _> = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::string("[admission]\nmax_calls = 3\n"))
+            .extract();
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn inconsistent_values_are_explained() {
+        let mut cfg = Config::default();
+        cfg.database.writers = cfg.database.pool_size;
+        let e = cfg.validate().unwrap_err().to_string();
+        assert!(e.contains("database.writers"), "{e}");
+    }
+}

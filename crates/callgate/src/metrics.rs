@@ -1,0 +1,60 @@
+//! Metric names, units and the Prometheus exporter.
+//!
+//! Naming rule: `callgate_` prefix, counters end in `_total`, histograms carry
+//! their unit (`_seconds`), labels are low-cardinality (`reason`, `resource`,
+//! `kind`; never a call id). Everything an operator needs to answer "why was
+//! this call rejected?" and "why did it end?" is a labelled counter here and
+//! a log line with the call id.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub const CALLS_ACTIVE: &str = "callgate_calls_active";
+pub const CALLS_QUEUED: &str = "callgate_admission_queued";
+pub const CAPACITY: &str = "callgate_admission_capacity";
+pub const ADMISSION_WAIT: &str = "callgate_admission_wait_seconds";
+pub const ADMITTED: &str = "callgate_calls_admitted_total";
+pub const REJECTED: &str = "callgate_admission_rejections_total";
+pub const SETUP_SECONDS: &str = "callgate_call_setup_seconds";
+pub const SETUP_FAILURES: &str = "callgate_call_setup_failures_total";
+pub const CALLS_ENDED: &str = "callgate_calls_ended_total";
+pub const CALL_SECONDS: &str = "callgate_call_duration_seconds";
+pub const OVERFLOWED: &str = "callgate_overflow_calls_total";
+pub const FIRST_AUDIO: &str = "callgate_first_audio_seconds";
+pub const REPLY_LATENCY: &str = "callgate_reply_latency_seconds";
+pub const BARGE_INS: &str = "callgate_barge_ins_total";
+pub const MEDIA_IN: &str = "callgate_media_frames_received_total";
+pub const MEDIA_OUT: &str = "callgate_media_frames_sent_total";
+pub const MEDIA_OUT_DROPPED: &str = "callgate_media_frames_dropped_total";
+pub const PROTOCOL_ERRORS: &str = "callgate_carrier_protocol_errors_total";
+pub const STALE_DROPPED: &str = "callgate_stale_events_dropped_total";
+pub const TOOL_CALLS: &str = "callgate_tool_calls_total";
+pub const TOOL_SECONDS: &str = "callgate_tool_call_seconds";
+pub const WRITES_LOST: &str = "callgate_call_writes_lost_total";
+pub const TEARDOWN_SECONDS: &str = "callgate_call_teardown_seconds";
+pub const DRAINING: &str = "callgate_draining";
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide recorder once and returns its handle. Safe to
+/// call from several servers in one process (tests): they share it.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let seconds = [
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 60.0, 300.0,
+                1800.0,
+            ];
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".to_string()), &seconds)
+                .unwrap_or_else(|_| PrometheusBuilder::new());
+            match builder.install_recorder() {
+                Ok(h) => h,
+                // Another recorder is already installed (an embedding
+                // program's): keep a private one so /metrics still renders.
+                Err(_) => PrometheusBuilder::new().build_recorder().handle(),
+            }
+        })
+        .clone()
+}

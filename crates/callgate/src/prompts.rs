@@ -1,0 +1,35 @@
+//! Prompts compiled into the binary: raw μ-law 8 kHz, ready for the carrier.
+//!
+//! They need no provider, so the overflow path speaks even when STT, TTS and
+//! the dialog service are all saturated or down. See `assets/README.md` for
+//! the words and how they were made.
+
+/// "We're experiencing high call volume. Transferring you to our team now."
+pub static OVERFLOW: &[u8] = include_bytes!("../assets/overflow.ulaw");
+/// "Sorry, I'm having trouble on my end. One moment, please."
+pub static APOLOGY: &[u8] = include_bytes!("../assets/apology.ulaw");
+/// "Let me transfer you to our team."
+pub static TRANSFER: &[u8] = include_bytes!("../assets/transfer.ulaw");
+/// "Sorry, we have to end the call now. Goodbye."
+pub static GOODBYE: &[u8] = include_bytes!("../assets/goodbye.ulaw");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use media::vad::level_dbfs;
+
+    #[test]
+    fn prompts_are_audible_speech_of_sensible_length() {
+        for (name, p) in [
+            ("overflow", OVERFLOW),
+            ("apology", APOLOGY),
+            ("transfer", TRANSFER),
+            ("goodbye", GOODBYE),
+        ] {
+            let secs = p.len() as f64 / 8_000.0;
+            assert!((1.0..8.0).contains(&secs), "{name}: {secs} s");
+            let db = level_dbfs(&media::g711::decode_ulaw(p));
+            assert!(db > -35.0, "{name} is too quiet: {db} dBFS");
+        }
+    }
+}

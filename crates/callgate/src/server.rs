@@ -1,0 +1,176 @@
+//! Starting, running and stopping the server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::app::App;
+use crate::config::{Config, ms};
+use crate::{drain, http, metrics};
+
+/// A running server.
+pub struct Running {
+    /// Where the HTTP/WebSocket listener is bound.
+    pub addr: SocketAddr,
+    pub app: Arc<App>,
+    stop_http: CancellationToken,
+    http: JoinHandle<std::io::Result<()>>,
+    background: CancellationToken,
+    writers: state_store::WriterTasks,
+}
+
+/// Connects to Postgres (migrating it), builds the shared state, binds the
+/// listener and starts serving.
+pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<Running> {
+    cfg.validate()?;
+    // One TLS crypto provider for every client in the process (provider
+    // WebSockets over wss://, tool and webhook calls over https://).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let metrics = metrics::install();
+    let store = state_store::Store::connect(store_config(&cfg)).await?;
+    let applied = store.migrate().await?;
+    if !applied.is_empty() {
+        info!(migrations = ?applied, "database migrated");
+    }
+    let (writes, writers) = state_store::WriteBehind::start(&store, write_behind_config(&cfg));
+    let dialog = dialog_grpc::DialogClient::new(&dialog_grpc::DialogConfig {
+        endpoint: cfg.dialog.endpoint.clone(),
+        connect_timeout: ms(cfg.dialog.connect_timeout_ms),
+        open_timeout: ms(cfg.dialog.open_timeout_ms),
+        channels: cfg.dialog.channels,
+    })?;
+    let listen = cfg.server.listen;
+    let app = Arc::new(App::new(cfg, config_path, store, writes, dialog, metrics)?);
+    let snap = app.gate.snapshot();
+    info!(
+        capacity = snap.capacity,
+        decided_by = %snap.decided_by,
+        "admission capacity {} decided by {}",
+        snap.capacity,
+        snap.decided_by
+    );
+    let listener = TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let stop_http = CancellationToken::new();
+    let router = http::router(Arc::clone(&app));
+    let stop = stop_http.clone();
+    let http = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+    });
+    let background = CancellationToken::new();
+    tokio::spawn(retention_loop(Arc::clone(&app), background.clone()));
+    info!(%addr, instance = %app.instance(), "callgate listening");
+    Ok(Running {
+        addr,
+        app,
+        stop_http,
+        http,
+        background,
+        writers,
+    })
+}
+
+fn store_config(cfg: &Config) -> state_store::StoreConfig {
+    let d = &cfg.database;
+    state_store::StoreConfig {
+        conninfo: d.url.clone(),
+        pool_size: d.pool_size,
+        checkout_timeout: ms(d.checkout_timeout_ms),
+        connect_timeout: ms(d.connect_timeout_ms),
+        statement_timeout: ms(d.statement_timeout_ms),
+        instance: cfg.server.instance.clone(),
+    }
+}
+
+fn write_behind_config(cfg: &Config) -> state_store::WriteBehindConfig {
+    let d = &cfg.database;
+    state_store::WriteBehindConfig {
+        writers: d.writers,
+        queue_per_writer: d.write_queue_per_writer,
+        retry_window: Duration::from_secs(d.retry_window_s),
+        ..state_store::WriteBehindConfig::default()
+    }
+}
+
+/// Deletes transcripts and slots past the retention period, periodically.
+async fn retention_loop(app: Arc<App>, stop: CancellationToken) {
+    loop {
+        let cfg = app.cfg();
+        let every = Duration::from_secs(cfg.retention.purge_interval_s.max(60));
+        if cfg.retention.transcript_days > 0 {
+            let keep = Duration::from_secs(u64::from(cfg.retention.transcript_days) * 86_400);
+            let cutoff = SystemTime::now()
+                .checked_sub(keep)
+                .unwrap_or(SystemTime::UNIX_EPOCH);
+            match app.store.purge_personal_data(cutoff).await {
+                Ok(0) => {}
+                Ok(n) => info!(
+                    rows = n,
+                    days = cfg.retention.transcript_days,
+                    "retention: personal data purged"
+                ),
+                Err(e) => warn!(error = %e, "retention purge failed; will retry"),
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+impl Running {
+    /// Drains (bounded by `deadline`), stops the listener, flushes the
+    /// write-behind queue. Returns the calls that were still running.
+    pub async fn shutdown(self, deadline: Duration) -> u64 {
+        let left = drain::run(Arc::clone(&self.app), Instant::now() + deadline).await;
+        self.stop_http.cancel();
+        self.background.cancel();
+        self.app.calls.close();
+        if tokio::time::timeout(Duration::from_secs(10), self.app.calls.wait())
+            .await
+            .is_err()
+        {
+            warn!("call tasks still running after the drain");
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.http).await;
+        let report = self.writers.drain(Duration::from_secs(10)).await;
+        info!(report = ?report, "write-behind queue flushed");
+        left
+    }
+}
+
+/// `callgate serve`: runs until SIGTERM/SIGINT (drain, then exit); SIGHUP
+/// reloads the configuration.
+pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let drain_timeout = Duration::from_secs(cfg.server.drain_timeout_s);
+    let running = start(cfg, config_path).await?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    loop {
+        tokio::select! {
+            _ = term.recv() => { info!("SIGTERM: draining"); break; }
+            _ = int.recv() => { info!("SIGINT: draining"); break; }
+            _ = hup.recv() => {
+                if let Err(e) = http::reload_config(&running.app) {
+                    warn!(error = %e, "SIGHUP reload refused; keeping the current configuration");
+                }
+            }
+        }
+    }
+    let left = running.shutdown(drain_timeout).await;
+    if left > 0 {
+        warn!(calls = left, "exiting with calls that did not finish");
+    }
+    Ok(())
+}

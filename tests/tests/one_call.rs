@@ -1,0 +1,53 @@
+//! The foundation scenario: one complete call end to end over real sockets,
+//! with the three simulators and a real Postgres.
+
+use callgate_load::Outcome;
+use callgate_sim::SimConfig;
+use callgate_sim::script::DEFAULT_CALLER_SCRIPT;
+use callgate_tests::{Harness, assert_stamps_in_order, load};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_is_heard_answered_recorded_and_closed() {
+    let h = Harness::start(SimConfig::default(), |_| {}).await;
+
+    let report = callgate_load::run(load(&h, 1, 3)).await;
+    let call = &report.calls[0];
+    assert_eq!(call.outcome, Outcome::Completed, "{call:#?}");
+    assert!(
+        call.time_to_first_audio_ms.is_some(),
+        "greeting not heard: {call:#?}"
+    );
+    assert_eq!(call.utterances_sent, 3);
+    assert_eq!(
+        call.replies_heard, 3,
+        "a reply to each utterance: {call:#?}"
+    );
+    assert_eq!(call.reply_latency_ms.len(), 3);
+
+    let ledger = h.closed_ledger(&call.call_sid.to_string()).await;
+    assert_eq!(ledger.cleanup_status, "completed");
+    assert_eq!(ledger.end_reason.as_deref(), Some("caller_hangup"));
+    assert_stamps_in_order(&ledger);
+    assert_eq!(ledger.stats["active_counter_delta"]["increment"], 1);
+    assert_eq!(ledger.stats["writes_lost"], 0);
+
+    let turns = h.transcript(ledger.call_id).await;
+    let caller: Vec<&str> = turns
+        .iter()
+        .filter(|t| t.0 == "caller")
+        .map(|t| t.1.as_str())
+        .collect();
+    assert_eq!(
+        caller,
+        DEFAULT_CALLER_SCRIPT[..3].to_vec(),
+        "caller turns = the STT script"
+    );
+    let bot: Vec<&(String, String, bool)> = turns.iter().filter(|t| t.0 == "bot").collect();
+    assert_eq!(bot.len(), 4, "greeting + three replies: {turns:#?}");
+    assert!(bot.iter().all(|t| !t.1.is_empty() && !t.2), "{turns:#?}");
+    assert_eq!(turns[0].0, "bot", "the bot greets first: {turns:#?}");
+
+    h.assert_all_closed().await;
+    assert_eq!(h.server.app.store.pool_status().waiting, 0);
+    h.stop().await;
+}

@@ -1,0 +1,63 @@
+//! A provider refusing a call's session must not leave the call hanging: it
+//! ends through the overflow path, and the reason is recorded.
+
+use callgate_load::Outcome;
+use callgate_sim::SimConfig;
+use callgate_tests::{Harness, load};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stt_429_sends_the_call_to_the_overflow_path_with_the_reason_recorded() {
+    let mut sim = SimConfig::default();
+    sim.stt.fail_upgrade_status = Some(429);
+    let h = Harness::start(sim, |_| {}).await;
+
+    let report = callgate_load::run(load(&h, 1, 3)).await;
+    let call = &report.calls[0];
+    match &call.outcome {
+        Outcome::Rejected {
+            reason,
+            prompt_heard,
+            ..
+        } => {
+            assert_eq!(reason, "setup_failed:stt");
+            assert!(prompt_heard, "the overflow prompt must be heard: {call:#?}");
+        }
+        other => panic!("expected the overflow path, got {other:?}: {call:#?}"),
+    }
+    assert!(call.max_owed_silence_ms < 3_000, "{call:#?}");
+
+    let ledger = h.closed_ledger(&call.call_sid.to_string()).await;
+    assert_eq!(ledger.end_reason.as_deref(), Some("setup_failed:stt"));
+    assert_eq!(ledger.cleanup_status, "completed");
+    assert!(
+        h.event_kinds(ledger.call_id)
+            .await
+            .contains(&"setup_failed".to_string())
+    );
+    assert_eq!(
+        h.sims.stt.stats().rejected_sessions,
+        0,
+        "the sim refused by fault, not by cap"
+    );
+
+    // TTS and dialog opened in parallel and must have been released.
+    h.assert_all_closed().await;
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dialog_service_at_its_cap_is_named_as_the_reason() {
+    let mut sim = SimConfig::default();
+    sim.dialog.max_streams = 0;
+    let h = Harness::start(sim, |_| {}).await;
+    let report = callgate_load::run(load(&h, 1, 1)).await;
+    let call = &report.calls[0];
+    assert!(
+        matches!(&call.outcome, Outcome::Rejected { reason, prompt_heard: true, .. } if reason == "setup_failed:dialog"),
+        "{call:#?}"
+    );
+    let ledger = h.closed_ledger(&call.call_sid.to_string()).await;
+    assert_eq!(ledger.end_reason.as_deref(), Some("setup_failed:dialog"));
+    h.assert_all_closed().await;
+    h.stop().await;
+}
