@@ -7,6 +7,7 @@
 //! stops everything it started. It exits non-zero if any call failed or went
 //! silent, or if anything was left open.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -128,6 +129,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
 
     let report = callgate_load::run(load_config(&args, running.addr)).await;
     let mut out = std::io::stdout().lock();
+    report.print_calls(&mut out)?;
+    writeln!(out)?;
     report.print_table(&mut out)?;
     drop(out);
     report
@@ -138,6 +141,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let left = running.shutdown(Duration::from_secs(30)).await;
     let receipts = check_receipts(&store, &sims, &instance).await;
     sims.shutdown().await?;
+    // Close the pool before the database goes away.
+    drop(store);
     drop(pg);
     let s = &report.summary;
     let ok = s.failed == 0 && s.silent == 0 && s.completed == args.calls && left == 0 && receipts;

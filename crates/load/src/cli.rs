@@ -86,6 +86,10 @@ impl LoadArgs {
     }
 }
 
+/// Runs up to this many calls get a line each on stdout (beyond that, the
+/// JSON report has them).
+const PER_CALL_TABLE_MAX: usize = 50;
+
 /// Runs the load, prints the table, writes the JSON report if asked.
 ///
 /// # Errors
@@ -95,9 +99,12 @@ pub async fn main(args: LoadArgs) -> anyhow::Result<ExitCode> {
     let cfg = args.to_config();
     cfg.validate().context("invalid load configuration")?;
     let report = crate::run(cfg).await;
-    report
-        .print_table(&mut std::io::stdout().lock())
-        .context("printing the report")?;
+    let mut out = std::io::stdout().lock();
+    if report.calls.len() <= PER_CALL_TABLE_MAX {
+        report.print_calls(&mut out).context("printing the report")?;
+    }
+    report.print_table(&mut out).context("printing the report")?;
+    drop(out);
     if let Some(path) = &args.json {
         report.save(path)?;
     }

@@ -155,6 +155,39 @@ impl LoadReport {
             })
     }
 
+    /// One line per call: what each caller heard.
+    ///
+    /// # Errors
+    /// Writing to `w` failed.
+    pub fn print_calls(&self, w: &mut impl Write) -> io::Result<()> {
+        writeln!(
+            w,
+            "  {:>3}  {:<36}  {:<12}  {:>8}  {:>18}  {:>9}  {:>8}  end",
+            "#", "call sid", "outcome", "1st audio", "replies ms", "max gap", "secs"
+        )?;
+        for c in &self.calls {
+            let first = c.time_to_first_audio_ms.map_or_else(|| "-".to_string(), |v| format!("{v} ms"));
+            let replies = if c.reply_latency_ms.is_empty() {
+                "-".to_string()
+            } else {
+                c.reply_latency_ms.iter().map(u64::to_string).collect::<Vec<_>>().join("/")
+            };
+            writeln!(
+                w,
+                "  {:>3}  {:<36}  {:<12}  {:>8}  {:>18}  {:>6} ms  {:>8.1}  {}",
+                c.index,
+                c.call_sid.to_string(),
+                c.outcome.label(),
+                first,
+                replies,
+                c.max_owed_silence_ms,
+                c.duration_ms as f64 / 1000.0,
+                c.end_reason
+            )?;
+        }
+        Ok(())
+    }
+
     /// A human-readable summary table.
     ///
     /// # Errors
