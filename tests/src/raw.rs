@@ -133,6 +133,54 @@ impl RawCall {
     }
 }
 
+impl RawCall {
+    /// Streams `ulaw` audio then silence in real-time 20 ms frames for
+    /// `duration`, collecting what the server sends meanwhile. Marks are
+    /// echoed as they arrive (as if playout kept up), like Twilio would
+    /// eventually do.
+    pub async fn stream_for(&mut self, ulaw: &[u8], duration: Duration) -> Vec<ServerMsg> {
+        let mut got = Vec::new();
+        let start = Instant::now();
+        let mut frames = ulaw.chunks(160);
+        let mut next = start;
+        while start.elapsed() < duration {
+            let frame = frames.next().map_or_else(
+                || vec![0xFF; 160],
+                |f| {
+                    let mut f = f.to_vec();
+                    f.resize(160, 0xFF);
+                    f
+                },
+            );
+            self.media(&frame).await;
+            next += Duration::from_millis(20);
+            while Instant::now() < next {
+                let Some(msg) = self
+                    .recv(next.saturating_duration_since(Instant::now()))
+                    .await
+                else {
+                    break;
+                };
+                if let ServerMsg::Mark(name) = &msg {
+                    self.echo_mark(name).await;
+                }
+                let closed = matches!(msg, ServerMsg::Closed(_));
+                got.push(msg);
+                if closed {
+                    return got;
+                }
+            }
+        }
+        got
+    }
+}
+
+/// `ms` of speech-like audio as μ-law.
+pub fn speech(ms: u32, seed: u64) -> Vec<u8> {
+    let mut synth = media::synth::SpeechSynth::new(8_000, seed);
+    media::g711::encode_ulaw(&synth.utterance(ms))
+}
+
 fn decode(text: &str) -> ServerMsg {
     let v: serde_json::Value = match serde_json::from_str(text) {
         Ok(v) => v,

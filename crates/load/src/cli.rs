@@ -101,9 +101,13 @@ pub async fn main(args: LoadArgs) -> anyhow::Result<ExitCode> {
     let report = crate::run(cfg).await;
     let mut out = std::io::stdout().lock();
     if report.calls.len() <= PER_CALL_TABLE_MAX {
-        report.print_calls(&mut out).context("printing the report")?;
+        report
+            .print_calls(&mut out)
+            .context("printing the report")?;
     }
-    report.print_table(&mut out).context("printing the report")?;
+    report
+        .print_table(&mut out)
+        .context("printing the report")?;
     drop(out);
     if let Some(path) = &args.json {
         report.save(path)?;

@@ -166,11 +166,17 @@ impl LoadReport {
             "#", "call sid", "outcome", "1st audio", "replies ms", "max gap", "secs"
         )?;
         for c in &self.calls {
-            let first = c.time_to_first_audio_ms.map_or_else(|| "-".to_string(), |v| format!("{v} ms"));
+            let first = c
+                .time_to_first_audio_ms
+                .map_or_else(|| "-".to_string(), |v| format!("{v} ms"));
             let replies = if c.reply_latency_ms.is_empty() {
                 "-".to_string()
             } else {
-                c.reply_latency_ms.iter().map(u64::to_string).collect::<Vec<_>>().join("/")
+                c.reply_latency_ms
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join("/")
             };
             writeln!(
                 w,
