@@ -79,6 +79,7 @@ impl App {
         metrics: PrometheusHandle,
     ) -> anyhow::Result<App> {
         let gate = Gate::new(gate_config(&cfg), Instant::now());
+        crate::ensure_tls_provider();
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2))
             .pool_idle_timeout(Duration::from_secs(30))

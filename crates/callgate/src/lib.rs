@@ -38,6 +38,13 @@ pub mod prompts;
 pub mod server;
 pub mod twilio;
 
+/// Installs the process's TLS crypto provider (ring) unless one is already
+/// installed. Every client that may speak TLS — provider WebSockets over
+/// `wss://`, tools and webhooks over `https://` — needs one.
+pub fn ensure_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Installs the tracing subscriber (text or JSON) once.
 pub fn init_logging(format: &str, filter: &str) {
     use tracing_subscriber::EnvFilter;

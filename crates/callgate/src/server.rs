@@ -29,9 +29,7 @@ pub struct Running {
 /// listener and starts serving.
 pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<Running> {
     cfg.validate()?;
-    // One TLS crypto provider for every client in the process (provider
-    // WebSockets over wss://, tool and webhook calls over https://).
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::ensure_tls_provider();
     let metrics = metrics::install();
     let store = state_store::Store::connect(store_config(&cfg)).await?;
     let applied = store.migrate().await?;

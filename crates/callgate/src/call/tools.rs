@@ -254,6 +254,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_runner_refuses_and_cancel_all_counts() {
+        crate::ensure_tls_provider();
         let mut r = ToolRunner::new(
             reqwest::Client::new(),
             "http://127.0.0.1:9/tools".into(),
