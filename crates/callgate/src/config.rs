@@ -306,6 +306,14 @@ pub struct CallConfig {
     /// After the final mark of an ended/overflowed call, how long to wait
     /// for the carrier to echo it before closing anyway (beyond the audio).
     pub final_mark_grace_ms: u64,
+    /// Watchdog: a greeting/reply owed and not audible for this long → apology.
+    pub reply_stall_ms: u64,
+    /// Watchdog: the caller stopped speaking and no final transcript came.
+    pub stt_stall_ms: u64,
+    /// Watchdog: no media frame from the carrier for this long → call ended.
+    pub media_stall_ms: u64,
+    /// Watchdog: after an apology, how long before the caller is transferred.
+    pub stall_retry_ms: u64,
 }
 
 impl Default for CallConfig {
@@ -315,6 +323,10 @@ impl Default for CallConfig {
             pacer_lead_ms: 60,
             teardown_timeout_ms: 3_000,
             final_mark_grace_ms: 2_000,
+            reply_stall_ms: 2_000,
+            stt_stall_ms: 2_000,
+            media_stall_ms: 5_000,
+            stall_retry_ms: 4_000,
         }
     }
 }

@@ -34,6 +34,7 @@ pub const TOOL_SECONDS: &str = "callgate_tool_call_seconds";
 pub const WRITES_LOST: &str = "callgate_call_writes_lost_total";
 pub const TEARDOWN_SECONDS: &str = "callgate_call_teardown_seconds";
 pub const DRAINING: &str = "callgate_draining";
+pub const STALLS: &str = "callgate_call_stalls_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 

@@ -208,8 +208,9 @@ fn media_from(b: MediaBody<'_>, max_payload: usize) -> Result<Media, WireError> 
     // base64 expands 3 bytes to 4 characters: refuse before decoding.
     let max_chars = max_payload.div_ceil(3) * 4;
     if b.payload.len() > max_chars {
+        // Rounded up so a malformed length never reports `len <= max`.
         return Err(WireError::PayloadTooLarge {
-            len: b.payload.len() / 4 * 3,
+            len: b.payload.len().div_ceil(4) * 3,
             max: max_payload,
         });
     }
@@ -301,6 +302,10 @@ pub fn sign(auth_token: &str, url: &str) -> String {
     mac.update(url.as_bytes());
     B64.encode(mac.finalize().into_bytes())
 }
+
+#[cfg(test)]
+#[path = "twilio_fuzz_tests.rs"]
+mod fuzz_tests;
 
 #[cfg(test)]
 mod tests {

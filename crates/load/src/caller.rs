@@ -381,6 +381,7 @@ impl Caller {
             time_to_first_audio_ms: c.first_audio.map(millis),
             reply_latency_ms: c.reply_latency.iter().copied().map(millis).collect(),
             max_owed_silence_ms: millis(c.max_owed),
+            utterances_planned: self.plan.turns.len(),
             utterances_sent: c.utterances_sent,
             replies_heard: c.replies_heard,
             bot_audio_ms: millis(self.playout.played(at)),

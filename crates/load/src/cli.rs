@@ -28,9 +28,10 @@ pub struct LoadArgs {
     /// Ramp the dial rate linearly: FROM:TO:OVER, e.g. `1:20:60s`.
     #[arg(long, value_parser = parse_ramp)]
     pub ramp: Option<Arrival>,
-    /// Caller utterances per call.
-    #[arg(long, default_value_t = 3)]
-    pub utterances: usize,
+    /// Caller utterances per call: a fixed count (`3`) or `MIN-MAX`
+    /// (`2-5`), drawn uniformly per call from the seed.
+    #[arg(long, default_value = "3", value_parser = parse_count_range)]
+    pub utterances: (usize, usize),
     /// Utterance length in ms, `MIN-MAX` or a single value.
     #[arg(long, default_value = "1200-2500", value_parser = parse_range)]
     pub utterance_ms: (u32, u32),
@@ -73,7 +74,8 @@ impl LoadArgs {
             calls: self.calls,
             concurrency: self.concurrency.unwrap_or(0),
             arrival,
-            utterances: self.utterances,
+            utterances: self.utterances.0,
+            utterances_max: (self.utterances.1 > self.utterances.0).then_some(self.utterances.1),
             utterance_ms: self.utterance_ms,
             think_ms: self.think_ms,
             silence_threshold: self.silence_threshold,
@@ -121,7 +123,21 @@ pub async fn main(args: LoadArgs) -> anyhow::Result<ExitCode> {
 
 /// `"300-800"` or `"500"` (a fixed value).
 pub fn parse_range(s: &str) -> Result<(u32, u32), String> {
-    let num = |v: &str| v.trim().parse::<u32>().map_err(|e| format!("{v:?}: {e}"));
+    parse_pair(s)
+}
+
+/// `"2-5"` or `"3"` (a fixed count).
+pub fn parse_count_range(s: &str) -> Result<(usize, usize), String> {
+    parse_pair(s)
+}
+
+/// `"MIN-MAX"` or a single value meaning both.
+fn parse_pair<T>(s: &str) -> Result<(T, T), String>
+where
+    T: std::str::FromStr + PartialOrd + Copy,
+    T::Err: std::fmt::Display,
+{
+    let num = |v: &str| v.trim().parse::<T>().map_err(|e| format!("{v:?}: {e}"));
     let (lo, hi) = match s.split_once('-') {
         Some((lo, hi)) => (num(lo)?, num(hi)?),
         None => (num(s)?, num(s)?),
@@ -188,6 +204,10 @@ mod tests {
     fn value_parsers_accept_the_documented_forms() {
         assert_eq!(parse_range("300-800"), Ok((300, 800)));
         assert_eq!(parse_range("500"), Ok((500, 500)));
+        assert_eq!(parse_count_range("2-5"), Ok((2, 5)));
+        assert_eq!(parse_count_range(" 3 "), Ok((3, 3)));
+        assert!(parse_count_range("5-2").is_err());
+        assert!(parse_count_range("-1").is_err());
         assert!(parse_range("800-300").is_err());
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1_500)));
@@ -237,9 +257,17 @@ mod tests {
         );
         assert_eq!(cfg.utterance_ms, (700, 900));
         assert_eq!(cfg.silence_threshold, Duration::from_millis(2_500));
-        assert_eq!(cfg.utterances, 3);
+        assert_eq!((cfg.utterances, cfg.utterances_max), (3, None));
         assert!(!cfg.progress);
         assert!(cfg.validate().is_ok());
+        let ranged = Cmd::parse_from(["load", "--utterances", "2-5"])
+            .load
+            .to_config();
+        assert_eq!((ranged.utterances, ranged.utterances_max), (2, Some(5)));
+        let fixed = Cmd::parse_from(["load", "--utterances", "4"])
+            .load
+            .to_config();
+        assert_eq!((fixed.utterances, fixed.utterances_max), (4, None));
         assert!(Cmd::try_parse_from(["load", "--rate", "2", "--ramp", "1:2:3s"]).is_err());
     }
 }

@@ -12,6 +12,11 @@ use crate::ids::{AccountSid, CallIds, CallSid, StreamSid};
 
 /// Longest utterance a caller may be configured to speak.
 const MAX_UTTERANCE_MS: u32 = 60_000;
+/// Most utterances one call may be planned with (a plan is drawn up front).
+const MAX_UTTERANCES: usize = 1_000;
+/// Salt of the random stream that draws each call's utterance count, kept
+/// apart from the turn stream so a fixed count reproduces earlier plans.
+const COUNT_STREAM: u64 = 0x6361_6c6c_2d6c_656e; // "call-len"
 
 /// Everything a load run needs.
 #[derive(Debug, Clone)]
@@ -23,8 +28,13 @@ pub struct LoadConfig {
     /// Most calls in flight at once; `0` means no limit beyond `calls`.
     pub concurrency: usize,
     pub arrival: Arrival,
-    /// Caller utterances per call (each answered by a bot turn).
+    /// Caller utterances per call (each answered by a bot turn); with
+    /// `utterances_max`, the fewest a call is planned with.
     pub utterances: usize,
+    /// When set (and above `utterances`), each call's utterance count is
+    /// drawn uniformly from `utterances..=utterances_max` (seeded), so call
+    /// durations vary across the run the way real calls do.
+    pub utterances_max: Option<usize>,
     /// Inclusive range the length of each utterance is drawn from.
     pub utterance_ms: (u32, u32),
     /// Inclusive range of the pause between the bot's turn end and speech.
@@ -51,6 +61,7 @@ impl Default for LoadConfig {
             concurrency: 0,
             arrival: Arrival::AllAtOnce,
             utterances: 3,
+            utterances_max: None,
             utterance_ms: (1_200, 2_500),
             think_ms: (300, 800),
             silence_threshold: Duration::from_secs(3),
@@ -82,6 +93,18 @@ impl LoadConfig {
         if self.calls == 0 {
             return bad("calls", "must be at least 1");
         }
+        if self.utterances > MAX_UTTERANCES {
+            return bad("utterances", "must be at most 1000");
+        }
+        match self.utterances_max {
+            Some(max) if max < self.utterances => {
+                return bad("utterances_max", "must be at least `utterances`");
+            }
+            Some(max) if max > MAX_UTTERANCES => {
+                return bad("utterances_max", "must be at most 1000");
+            }
+            _ => {}
+        }
         let (lo, hi) = self.utterance_ms;
         if lo == 0 || lo > hi || hi > MAX_UTTERANCE_MS {
             return bad("utterance_ms", "needs 0 < min <= max <= 60000");
@@ -107,11 +130,29 @@ impl LoadConfig {
         .clamp(1, tokio::sync::Semaphore::MAX_PERMITS)
     }
 
+    /// The inclusive range each call's utterance count is drawn from.
+    pub fn utterance_range(&self) -> (usize, usize) {
+        let max = self.utterances_max.unwrap_or(self.utterances);
+        (self.utterances, max.max(self.utterances))
+    }
+
+    /// How many utterances call `index` speaks: fixed, or drawn from its own
+    /// seeded stream (so the turn lengths of a fixed-count run stay as before).
+    fn utterance_count(&self, index: usize) -> usize {
+        match self.utterance_range() {
+            (lo, hi) if lo == hi => lo,
+            (lo, hi) => {
+                let mut rng = StdRng::seed_from_u64(mix(self.seed ^ COUNT_STREAM, index as u64));
+                rng.random_range(lo..=hi)
+            }
+        }
+    }
+
     /// The plan of call `index`: deterministic for a given seed, except for
     /// the SIDs, which are fresh so a stateful server never sees a repeat.
     pub fn plan(&self, index: usize, account: AccountSid) -> CallPlan {
         let mut rng = StdRng::seed_from_u64(mix(self.seed, index as u64));
-        let turns = (0..self.utterances)
+        let turns = (0..self.utterance_count(index))
             .map(|_| TurnPlan {
                 think: Duration::from_millis(u64::from(draw(&mut rng, self.think_ms))),
                 speech_ms: draw(&mut rng, self.utterance_ms),
@@ -210,6 +251,68 @@ mod tests {
             }),
             "arrival"
         );
+    }
+
+    #[test]
+    fn utterance_counts_are_drawn_per_call_within_the_range() {
+        let cfg = LoadConfig {
+            calls: 400,
+            utterances: 2,
+            utterances_max: Some(5),
+            seed: 9,
+            ..LoadConfig::default()
+        };
+        assert!(cfg.validate().is_ok());
+        assert_eq!(cfg.utterance_range(), (2, 5));
+        let account = AccountSid::random();
+        let counts: Vec<usize> = (0..400).map(|i| cfg.plan(i, account).turns.len()).collect();
+        let mut seen = [0usize; 6];
+        for &n in &counts {
+            assert!((2..=5).contains(&n), "{n}");
+            seen[n] += 1;
+        }
+        // Uniform: every count appears, none dominates (expected 100 each).
+        for n in 2..=5 {
+            assert!((50..=150).contains(&seen[n]), "count {n}: {seen:?}");
+        }
+        // Same seed, same lengths; another seed, another sequence.
+        let again: Vec<usize> = (0..400).map(|i| cfg.plan(i, account).turns.len()).collect();
+        assert_eq!(counts, again);
+        let other = LoadConfig {
+            seed: 10,
+            ..cfg.clone()
+        };
+        let other: Vec<usize> = (0..400)
+            .map(|i| other.plan(i, account).turns.len())
+            .collect();
+        assert_ne!(counts, other);
+    }
+
+    #[test]
+    fn a_fixed_count_keeps_the_plans_it_always_had() {
+        let fixed = LoadConfig::default();
+        let same_range = LoadConfig {
+            utterances_max: Some(3),
+            ..LoadConfig::default()
+        };
+        let account = AccountSid::random();
+        for i in 0..20 {
+            let (a, b) = (fixed.plan(i, account), same_range.plan(i, account));
+            assert_eq!(a.turns.len(), 3);
+            assert_eq!((a.turns, a.voice_seed), (b.turns, b.voice_seed));
+        }
+        let inverted = LoadConfig {
+            utterances: 4,
+            utterances_max: Some(2),
+            ..LoadConfig::default()
+        };
+        assert!(matches!(
+            inverted.validate(),
+            Err(LoadError::InvalidConfig {
+                field: "utterances_max",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! `start` and a 20 ms `media` frame for the whole call, plays the server's
 //! audio through a simulated phone buffer, echoes marks when playout reaches
 //! them, and follows a script: greeting → (think, speak, await reply) × N →
-//! `stop`. It records per call how it ended ([`Outcome`]), time to first
+//! `stop`, where N is fixed or drawn per call from a range (call-length
+//! mix, [`LoadConfig::utterances_max`]). It records per call how it ended ([`Outcome`]), time to first
 //! audio, reply latencies and the longest *owed silence* — dead air while the
 //! caller was waiting for something — and flags a call `Silent` when that
 //! exceeds the threshold.

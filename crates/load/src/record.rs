@@ -66,6 +66,10 @@ pub struct CallRecord {
     pub reply_latency_ms: Vec<u64>,
     /// Longest dead air while a greeting, reply, prompt or close was owed.
     pub max_owed_silence_ms: u64,
+    /// Utterances this call's plan had (its drawn length; see
+    /// `LoadConfig::utterances_max`).
+    #[serde(default)]
+    pub utterances_planned: usize,
     pub utterances_sent: usize,
     pub replies_heard: usize,
     /// Bot audio actually played to the caller (cleared audio excluded).

@@ -27,6 +27,8 @@ pub struct LoadReport {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Percentiles {
     pub count: usize,
+    #[serde(default)]
+    pub min: Option<u64>,
     pub p50: Option<u64>,
     pub p95: Option<u64>,
     pub p99: Option<u64>,
@@ -44,6 +46,7 @@ impl Percentiles {
         };
         Percentiles {
             count: values.len(),
+            min: values.first().copied(),
             p50: rank(0.50),
             p95: rank(0.95),
             p99: rank(0.99),
@@ -68,6 +71,12 @@ pub struct Summary {
     /// All reply latencies of all calls pooled.
     pub reply_latency_ms: Percentiles,
     pub max_owed_silence_ms: u64,
+    /// Planned utterances per call across all calls (the call-length mix).
+    #[serde(default)]
+    pub utterances_planned: Percentiles,
+    /// Dialling to hang-up of completed calls.
+    #[serde(default)]
+    pub completed_duration_ms: Percentiles,
     /// Worst lateness of any caller's media clock (generator health).
     pub max_send_lag_ms: u64,
     pub media_frames_skipped: u64,
@@ -112,6 +121,16 @@ impl Summary {
                 .map(|c| c.max_owed_silence_ms)
                 .max()
                 .unwrap_or(0),
+            utterances_planned: Percentiles::of(
+                calls.iter().map(|c| c.utterances_planned as u64).collect(),
+            ),
+            completed_duration_ms: Percentiles::of(
+                calls
+                    .iter()
+                    .filter(|c| c.outcome == Outcome::Completed)
+                    .map(|c| c.duration_ms)
+                    .collect(),
+            ),
             max_send_lag_ms: calls.iter().map(|c| c.max_send_lag_ms).max().unwrap_or(0),
             media_frames_skipped: calls.iter().map(|c| c.media_frames_skipped).sum(),
             wall_time_ms: millis(wall),
@@ -221,6 +240,16 @@ impl LoadReport {
         )?;
         latency_row(w, "first audio", &s.time_to_first_audio_ms)?;
         latency_row(w, "reply", &s.reply_latency_ms)?;
+        latency_row(w, "call (done)", &s.completed_duration_ms)?;
+        let u = &s.utterances_planned;
+        let cell = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+        writeln!(
+            w,
+            "  utterances per call: min {} p50 {} max {}",
+            cell(u.min),
+            cell(u.p50),
+            cell(u.max)
+        )?;
         writeln!(
             w,
             "  max owed silence {} ms; generator max lag {} ms, {} frames skipped",
@@ -307,6 +336,7 @@ mod tests {
             time_to_first_audio_ms: first,
             reply_latency_ms: replies,
             max_owed_silence_ms: 100 * index as u64,
+            utterances_planned: 2 + index,
             utterances_sent: 0,
             replies_heard: 0,
             bot_audio_ms: 0,
@@ -317,7 +347,7 @@ mod tests {
             media_frames_skipped: 0,
             max_send_lag_ms: 3,
             end_reason: "why".into(),
-            duration_ms: 10,
+            duration_ms: 10 + index as u64,
         }
     }
 
@@ -325,8 +355,8 @@ mod tests {
     fn percentiles_use_nearest_rank() {
         let p = Percentiles::of((1..=100).rev().collect());
         assert_eq!(
-            (p.count, p.p50, p.p95, p.p99, p.max),
-            (100, Some(50), Some(95), Some(99), Some(100))
+            (p.count, p.min, p.p50, p.p95, p.p99, p.max),
+            (100, Some(1), Some(50), Some(95), Some(99), Some(100))
         );
         let one = Percentiles::of(vec![7]);
         assert_eq!((one.p50, one.p99), (Some(7), Some(7)));
@@ -359,6 +389,11 @@ mod tests {
         assert_eq!(s.time_to_first_audio_ms.count, 2);
         assert_eq!(s.reply_latency_ms.max, Some(500));
         assert_eq!(s.max_owed_silence_ms, 200);
+        let u = &s.utterances_planned;
+        assert_eq!((u.count, u.min, u.max), (3, Some(2), Some(4)));
+        // Only the completed call counts towards the served duration.
+        let d = &s.completed_duration_ms;
+        assert_eq!((d.count, d.max), (1, Some(10)));
         assert_eq!(report.calls[0].index, 0);
         assert!(report.has_failures());
 
@@ -367,6 +402,10 @@ mod tests {
         let table = String::from_utf8(table).unwrap();
         assert!(table.contains("http_503: 1"), "{table}");
         assert!(table.contains("silent (reply_1)"), "{table}");
+        assert!(
+            table.contains("utterances per call: min 2 p50 3 max 4"),
+            "{table}"
+        );
 
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["summary"]["silent"], 1);

@@ -15,6 +15,7 @@ pub mod bot;
 pub mod record;
 pub mod setup;
 pub mod tools;
+pub mod watchdog;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -39,6 +40,7 @@ use bot::{BotTurn, Exit};
 use record::{Recorder, millis};
 use setup::Resources;
 use tools::ToolRunner;
+use watchdog::{Action, Clock, Watchdog, WatchdogConfig};
 
 /// A far-away instant for timers that are not armed.
 fn far_future() -> Instant {
@@ -79,6 +81,17 @@ pub struct CallActor {
     carrier: CarrierLink,
     pacer: Pacer<String>,
     pace_timer: Pin<Box<Sleep>>,
+    /// One timer for the watchdog, the ending deadline and the maximum
+    /// duration, re-armed only when its deadline moves.
+    timer: Pin<Box<Sleep>>,
+    timer_at: Instant,
+    watchdog: Watchdog,
+    /// Local VAD on the caller's audio: tells the watchdog when a
+    /// transcript has become owed by STT.
+    vad: media::vad::EnergyVad,
+    /// Frames of a bundled prompt still queued ahead of bot audio; they keep
+    /// the caller company but do not count as the reply.
+    prompt_frames: u64,
     lead_ms: u64,
     stt: stt_client::SttHandle,
     stt_events: stt_client::SttEvents,
@@ -141,6 +154,17 @@ impl CallActor {
                 Duration::from_millis(lead_ms),
             ),
             pace_timer: Box::pin(tokio::time::sleep_until(far_future().into())),
+            timer: Box::pin(tokio::time::sleep_until(far_future().into())),
+            timer_at: far_future(),
+            watchdog: Watchdog::new(watchdog_config(&cfg), now),
+            vad: media::vad::EnergyVad::new(
+                media::vad::VadConfig {
+                    min_silence_ms: cfg.stt.endpointing_ms.max(200),
+                    ..media::vad::VadConfig::default()
+                },
+                8_000,
+            ),
+            prompt_frames: 0,
             lead_ms,
             stt: res.stt.0,
             stt_events: res.stt.1,
@@ -188,8 +212,10 @@ impl CallActor {
 
     async fn event_loop(&mut self) -> End {
         let hard_stop = self.app.hard_stop.clone();
+        // The greeting is owed from the moment media is ready.
+        self.watchdog.reply_owed(self.media_ready_at);
         loop {
-            let ending_at = self.ending.as_ref().map_or_else(far_future, |e| e.deadline);
+            self.rearm_timer();
             let flow = tokio::select! {
                 ev = self.carrier.next_event() => self.on_carrier(ev),
                 Some(ev) = self.stt_events.recv(), if self.stt_open => self.on_stt(ev),
@@ -197,10 +223,7 @@ impl CallActor {
                 Some(ev) = self.tts_events.recv(), if self.tts_open => self.on_tts(ev),
                 outcome = self.tools.next() => self.on_tool_result(outcome),
                 () = &mut self.pace_timer => Flow::Continue,
-                () = tokio::time::sleep_until(ending_at.into()), if self.ending.is_some() => self.on_ending_timeout(),
-                () = tokio::time::sleep_until(self.max_end.into()), if self.ending.is_none() => {
-                    self.fail_over("max_duration", prompts::GOODBYE, "callgate-end:max_duration", "max_duration")
-                }
+                () = &mut self.timer => self.on_timer(),
                 () = hard_stop.cancelled(), if self.ending.is_none() => {
                     self.fail_over("drain_deadline", prompts::GOODBYE, "callgate-end:drain_deadline", "drain_deadline")
                 }
@@ -212,6 +235,120 @@ impl CallActor {
         }
     }
 
+    /// The next instant the housekeeping timer must fire.
+    fn next_wake(&self) -> Instant {
+        match &self.ending {
+            Some(e) => e.deadline,
+            None => self.watchdog.next_deadline().min(self.max_end),
+        }
+    }
+
+    fn rearm_timer(&mut self) {
+        let at = self.next_wake();
+        if at != self.timer_at {
+            self.timer_at = at;
+            self.timer.as_mut().reset(at.into());
+        }
+    }
+
+    /// The housekeeping timer fired: ending deadline, maximum duration, or
+    /// a watchdog clock.
+    fn on_timer(&mut self) -> Flow {
+        // Force a re-arm even if the next deadline equals the one that fired.
+        self.timer_at = far_future();
+        let now = Instant::now();
+        if self.ending.as_ref().is_some_and(|e| now >= e.deadline) {
+            return self.on_ending_timeout();
+        }
+        if self.ending.is_some() {
+            return Flow::Continue;
+        }
+        if now >= self.max_end {
+            return self.fail_over(
+                "max_duration",
+                prompts::GOODBYE,
+                "callgate-end:max_duration",
+                "max_duration",
+            );
+        }
+        while let Some(action) = self.watchdog.poll(now) {
+            if let Flow::End(end) = self.on_stall(action, now) {
+                return Flow::End(end);
+            }
+            if self.ending.is_some() {
+                break;
+            }
+        }
+        Flow::Continue
+    }
+
+    /// Who is to blame for an owed reply that is not being heard.
+    fn reply_culprit(&self) -> &'static str {
+        match &self.bot {
+            None => "dialog",
+            Some(_) if self.tools.in_flight() > 0 => "tool",
+            Some(b) if b.audio_bytes == 0 && !b.dialog_done => "dialog",
+            Some(_) => "tts",
+        }
+    }
+
+    fn on_stall(&mut self, action: Action, now: Instant) -> Flow {
+        let (clock, what) = match action {
+            Action::Apologize(c) | Action::Transfer(c) | Action::End(c) => match c {
+                Clock::Reply => (c, self.reply_culprit()),
+                Clock::Stt => (c, "stt"),
+                Clock::Media => (c, "carrier_media"),
+            },
+        };
+        let label = match action {
+            Action::Apologize(_) => "apology",
+            Action::Transfer(_) => "transfer",
+            Action::End(_) => "end",
+        };
+        warn!(clock = ?clock, culprit = what, action = label, "watchdog: stall");
+        metrics::counter!(m::STALLS, "culprit" => what, "action" => label).increment(1);
+        self.rec.event(
+            "stall",
+            serde_json::json!({ "culprit": what, "action": label }),
+            now,
+        );
+        match action {
+            Action::Apologize(c) => {
+                if c == Clock::Stt && self.stt_open {
+                    let _ = self.stt.finalize();
+                }
+                self.play_prompt(prompts::APOLOGY);
+                Flow::Continue
+            }
+            Action::Transfer(_) => {
+                let reason = format!("stalled:{what}");
+                let mark = format!("callgate-transfer:{what}_stalled");
+                self.fail_over(
+                    &reason,
+                    prompts::TRANSFER,
+                    &mark,
+                    &format!("{what}_stalled"),
+                )
+            }
+            Action::End(_) => Flow::End(End {
+                reason: "carrier_media_stalled".into(),
+                at: now,
+            }),
+        }
+    }
+
+    /// Plays a bundled prompt when nothing else is audible (if something is
+    /// playing, the caller is not in silence and the prompt would only
+    /// delay it).
+    fn play_prompt(&mut self, prompt: &[u8]) {
+        if !self.pacer.is_idle() {
+            return;
+        }
+        self.pacer.push_audio(prompt);
+        self.pacer.finish();
+        self.prompt_frames += prompt.len().div_ceil(160) as u64;
+    }
+
     // ----- carrier -------------------------------------------------------
 
     fn on_carrier(&mut self, ev: CarrierEvent) -> Flow {
@@ -219,6 +356,8 @@ impl CallActor {
         match ev {
             CarrierEvent::Audio(bytes) => {
                 self.last_media = Some(now);
+                self.watchdog.media_seen(now);
+                self.listen_locally(&bytes, now);
                 metrics::counter!(m::MEDIA_IN).increment(1);
                 if self.stt_open && !bytes.is_empty() {
                     // Never blocks: a full STT queue drops the frame (counted by the client).
@@ -262,6 +401,22 @@ impl CallActor {
         }
     }
 
+    /// Runs the local VAD: the end of caller speech makes a transcript owed.
+    fn listen_locally(&mut self, ulaw: &[u8], now: Instant) {
+        let pcm = media::g711::decode_ulaw(ulaw);
+        for ev in self.vad.push(&pcm) {
+            match ev {
+                media::vad::VadEvent::SpeechStart { .. } => {
+                    self.watchdog.caller_speech_started(now)
+                }
+                media::vad::VadEvent::SpeechEnd { .. } if self.ending.is_none() => {
+                    self.watchdog.caller_speech_ended(now);
+                }
+                media::vad::VadEvent::SpeechEnd { .. } => {}
+            }
+        }
+    }
+
     fn on_mark(&mut self, name: &str, now: Instant) -> Flow {
         if let Some(ending) = &self.ending
             && ending.mark == name
@@ -301,12 +456,15 @@ impl CallActor {
             }
             return Flow::Continue;
         }
-        if let SttEvent::Transcript(t) = &ev
-            && !t.text.trim().is_empty()
-        {
-            self.utterance_first_heard.get_or_insert(now);
-            if self.bot_is_audible() {
-                self.barge_in(now);
+        if let SttEvent::Transcript(t) = &ev {
+            if t.is_final {
+                self.watchdog.transcript_final(now);
+            }
+            if !t.text.trim().is_empty() {
+                self.utterance_first_heard.get_or_insert(now);
+                if self.bot_is_audible() {
+                    self.barge_in(now);
+                }
             }
         }
         if let SttEvent::ProviderError { message } = &ev {
@@ -334,6 +492,7 @@ impl CallActor {
             warn!("dialog request queue full; turn not delivered");
         }
         self.reply_owed_since = Some(now);
+        self.watchdog.reply_owed(now);
     }
 
     /// The `speaking` gauge counts replies from their first frame until they
@@ -355,6 +514,8 @@ impl CallActor {
     fn barge_in(&mut self, now: Instant) {
         let Some(b) = self.bot.take() else { return };
         self.pacer.clear();
+        self.prompt_frames = 0;
+        self.watchdog.reply_audible();
         if b.frames_sent > 0 {
             self.carrier.send_clear();
         }
@@ -500,6 +661,7 @@ impl CallActor {
         if self.ending.is_some() {
             return;
         }
+        self.watchdog.nothing_owed();
         self.pacer.push_mark(mark.clone());
         let grace = ms(self.app.cfg().call.final_mark_grace_ms);
         let deadline = now + self.pacer.queued() + grace;
@@ -531,6 +693,7 @@ impl CallActor {
             );
         }
         self.pacer.clear();
+        self.prompt_frames = 0;
         self.pacer.push_audio(prompt);
         self.rec.event(event, serde_json::json!({}), now);
         self.begin_ending(mark.to_string(), reason.to_string(), now);
@@ -635,11 +798,30 @@ impl CallActor {
                 Paced::Mark(name) => self.carrier.send_mark(&name),
             }
         }
+        self.watch_underrun(now);
         let next = self.pacer.next_deadline().unwrap_or_else(far_future);
         self.pace_timer.as_mut().reset(next.into());
     }
 
+    /// A reply that started playing and then ran dry before it was fully
+    /// generated (TTS slow, a tool slow) is owed again.
+    fn watch_underrun(&mut self, now: Instant) {
+        let dry = self.pacer.is_idle() && self.ending.is_none();
+        if dry
+            && self
+                .bot
+                .as_ref()
+                .is_some_and(|b| b.frames_sent > 0 && !b.tts_done)
+        {
+            self.watchdog.reply_owed(now);
+        }
+    }
+
     fn on_frame_sent(&mut self, now: Instant) {
+        if self.prompt_frames > 0 {
+            self.prompt_frames -= 1;
+            return;
+        }
         if !self.first_audio_sent {
             self.first_audio_sent = true;
             self.rec.stage(Stage::FirstPlayableAudio, now);
@@ -656,6 +838,7 @@ impl CallActor {
                 self.app.counters.speaking.fetch_add(1, Ordering::Relaxed);
             }
             b.frames_sent += 1;
+            self.watchdog.reply_audible();
         }
     }
 
@@ -725,6 +908,7 @@ impl CallActor {
             "delegation": tools.stats,
             "recovery": { "reconnect_attempts": 0, "duplicate_live_sessions": 0 },
             "forced_closes": forced,
+            "stalls": self.watchdog.stalls,
             "writes_lost": rec.lost,
         });
         let done = Instant::now();
@@ -748,6 +932,15 @@ pub fn reason_label(reason: &str) -> String {
         }
         Some((head, _)) => head.to_string(),
         None => reason.to_string(),
+    }
+}
+
+fn watchdog_config(cfg: &crate::config::Config) -> WatchdogConfig {
+    WatchdogConfig {
+        reply_stall: ms(cfg.call.reply_stall_ms),
+        stt_stall: ms(cfg.call.stt_stall_ms),
+        media_stall: ms(cfg.call.media_stall_ms),
+        retry: ms(cfg.call.stall_retry_ms),
     }
 }
 

@@ -61,6 +61,9 @@ pub struct SttSimConfig {
     pub close_after_ms: Option<u64>,
     /// Fault: answer every upgrade with this HTTP status.
     pub fail_upgrade_status: Option<u16>,
+    /// Fault: accept audio and keep the stream open, but never send a
+    /// result (a provider that has silently stopped transcribing).
+    pub stall_results: bool,
 }
 
 impl Default for SttSimConfig {
@@ -73,6 +76,7 @@ impl Default for SttSimConfig {
             api_key: None,
             close_after_ms: None,
             fail_upgrade_status: None,
+            stall_results: false,
         }
     }
 }
@@ -248,6 +252,7 @@ async fn listen(
         result_latency: Duration::from_millis(cfg.result_latency_ms),
         idle_timeout: Duration::from_millis(cfg.idle_timeout_ms),
         close_after: cfg.close_after_ms.map(Duration::from_millis),
+        stall_results: cfg.stall_results,
     };
     let core = StreamCore::new(
         params,

@@ -32,6 +32,8 @@ pub(super) struct Knobs {
     pub result_latency: Duration,
     pub idle_timeout: Duration,
     pub close_after: Option<Duration>,
+    /// Fault: drop every result instead of sending it.
+    pub stall_results: bool,
 }
 
 /// How a stream ended, for the log line.
@@ -151,6 +153,7 @@ impl Stream {
         while self.queue.front().is_some_and(|(at, _)| *at <= now) {
             let (_, out) = self.queue.pop_front()?;
             match out {
+                Outbound::Message(_) if self.knobs.stall_results => {}
                 Outbound::Message(m) => {
                     if !self.send_json(&m).await {
                         return Some(End::SendFailed);

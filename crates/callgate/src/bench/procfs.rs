@@ -1,0 +1,108 @@
+//! A child's CPU time and resident memory, read from `/proc` (no libc:
+//! `unsafe` is denied workspace-wide, and `getconf` answers `CLK_TCK`).
+
+use std::io;
+
+/// `CLK_TCK` when `getconf` is missing or says something unexpected: the
+/// value on every mainstream Linux architecture.
+const DEFAULT_CLOCK_TICKS: u64 = 100;
+
+/// User + system CPU time of a whole process (all its threads), in clock
+/// ticks, from the text of `/proc/<pid>/stat`.
+///
+/// The command name (field 2) is in parentheses and may itself contain
+/// spaces or parentheses, so fields are counted from the *last* `)`:
+/// after it come field 3 (`state`) onwards, `utime` and `stime` being
+/// fields 14 and 15.
+pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// `VmRSS` in KiB from the text of `/proc/<pid>/status`.
+pub fn parse_vm_rss_kib(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// CPU ticks used so far by process `pid`.
+///
+/// # Errors
+/// The process is gone or `/proc` is unreadable or unexpected.
+pub fn cpu_ticks(pid: u32) -> io::Result<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_stat_cpu_ticks(&text).ok_or_else(|| unexpected(pid, "stat"))
+}
+
+/// Resident memory of process `pid` now, in KiB.
+///
+/// # Errors
+/// The process is gone or `/proc` is unreadable or unexpected.
+pub fn rss_kib(pid: u32) -> io::Result<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    parse_vm_rss_kib(&text).ok_or_else(|| unexpected(pid, "status"))
+}
+
+fn unexpected(pid: u32, file: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("/proc/{pid}/{file} has an unexpected format"),
+    )
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`), 100 if it cannot be asked.
+pub fn clock_ticks_per_second() -> u64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .filter(|&t| t > 0)
+        .unwrap_or(DEFAULT_CLOCK_TICKS)
+}
+
+/// Ticks → seconds.
+pub fn ticks_to_secs(ticks: u64, per_second: u64) -> f64 {
+    ticks as f64 / per_second.max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_are_utime_plus_stime_even_with_a_strange_command_name() {
+        // Fields 14 and 15 are 1234 and 56; the name contains ") (" and spaces.
+        let stat = "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 \
+                    1234 56 0 0 20 0 9 0 358598 3133440 361 18446744073709551615";
+        assert_eq!(parse_stat_cpu_ticks(stat), Some(1_290));
+        let real = "22117 (cat) R 22113 22113 15659 0 -1 4194304 97 0 0 0 7 3 0 0 20 0 1 0";
+        assert_eq!(parse_stat_cpu_ticks(real), Some(10));
+        assert_eq!(parse_stat_cpu_ticks("12 (short) S 1 2"), None);
+        assert_eq!(parse_stat_cpu_ticks("no parenthesis"), None);
+    }
+
+    #[test]
+    fn rss_is_read_in_kib() {
+        let status = "Name:\tcallgate\nVmPeak:\t  999 kB\nVmRSS:\t   51234 kB\nThreads:\t3\n";
+        assert_eq!(parse_vm_rss_kib(status), Some(51_234));
+        assert_eq!(parse_vm_rss_kib("Name:\tkthread\n"), None);
+    }
+
+    #[test]
+    fn this_process_can_be_measured() {
+        let me = std::process::id();
+        assert!(rss_kib(me).unwrap() > 0);
+        assert!(cpu_ticks(me).is_ok());
+        assert!(clock_ticks_per_second() > 0);
+        assert!((ticks_to_secs(250, 100) - 2.5).abs() < 1e-9);
+    }
+}

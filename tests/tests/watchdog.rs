@@ -1,0 +1,63 @@
+//! The per-call watchdog: a provider that stalls mid-call gets the caller an
+//! apology and then a transfer, never silence, and the stall is recorded.
+
+use callgate_load::Outcome;
+use callgate_sim::SimConfig;
+use callgate_tests::{Harness, load};
+
+async fn stalled_call(sim: SimConfig, culprit: &str) {
+    let h = Harness::start(sim, |_| {}).await;
+    let report = callgate_load::run(load(&h, 1, 2)).await;
+    let call = &report.calls[0];
+    assert_eq!(
+        call.outcome,
+        Outcome::Transferred {
+            reason: format!("{culprit}_stalled")
+        },
+        "{call:#?}"
+    );
+    assert!(
+        call.max_owed_silence_ms < 3_000,
+        "the apology must fill the gap: {call:#?}"
+    );
+
+    let ledger = h.closed_ledger(&call.call_sid.to_string()).await;
+    assert_eq!(
+        ledger.end_reason.as_deref(),
+        Some(format!("stalled:{culprit}").as_str())
+    );
+    assert_eq!(
+        ledger.stats["stalls"], 2,
+        "an apology, then the transfer: {:#}",
+        ledger.stats
+    );
+    let kinds = h.event_kinds(ledger.call_id).await;
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "stall").count(),
+        2,
+        "{kinds:?}"
+    );
+    h.assert_all_closed().await;
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dialog_service_that_stops_answering_is_covered_then_transferred() {
+    let mut sim = SimConfig::default();
+    sim.dialog.stall_replies = true;
+    stalled_call(sim, "dialog").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tts_provider_that_sends_no_audio_is_covered_then_transferred() {
+    let mut sim = SimConfig::default();
+    sim.tts.stall_audio = true;
+    stalled_call(sim, "tts").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_stt_provider_that_stops_transcribing_is_covered_then_transferred() {
+    let mut sim = SimConfig::default();
+    sim.stt.stall_results = true;
+    stalled_call(sim, "stt").await;
+}
