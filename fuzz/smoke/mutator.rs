@@ -4,8 +4,8 @@
 //! every parser of untrusted input also has a unit test that feeds it a few
 //! thousand mutants of valid messages and asserts the same invariants as its
 //! cargo-fuzz target. This file is the mutator those tests share: each
-//! crate's `*fuzz_tests` module includes it with `#[path]`, so it is std-only
-//! and no crate gains a dependency. It is deterministic — a seed gives the
+//! crate includes it once, with `#[path]`, from a `#[cfg(test)]` module, so
+//! it is std-only and no crate gains a dependency. It is deterministic — a seed gives the
 //! same inputs on every machine — and a failing check prints the iteration
 //! and the input that broke it.
 //!

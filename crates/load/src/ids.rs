@@ -88,7 +88,8 @@ sid_type!(
 pub struct SidParseError;
 
 fn parse_hex16(hex: &str) -> Option<[u8; 16]> {
-    if hex.len() != 32 || !hex.is_ascii() {
+    // `from_str_radix` alone would also take a sign (`+f`).
+    if hex.len() != 32 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     let mut out = [0u8; 16];

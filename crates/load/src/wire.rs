@@ -231,6 +231,10 @@ pub fn parse(text: &str, stream: StreamSid) -> Result<ServerEvent, LoadError> {
 }
 
 #[cfg(test)]
+#[path = "wire_fuzz_tests.rs"]
+mod fuzz_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::{Value, json};

@@ -34,3 +34,6 @@ pub mod synth;
 pub mod vad;
 
 pub use format::{AudioEncoding, AudioFormat, FRAME_MS};
+
+#[cfg(test)]
+mod fuzz_tests;

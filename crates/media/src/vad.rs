@@ -123,13 +123,21 @@ impl EnergyVad {
 
     fn transition(&mut self) -> Option<VadEvent> {
         let ms = |w: u64| w * u64::from(WINDOW_MS);
-        if !self.speaking && self.active_run * WINDOW_MS >= self.cfg.min_speech_ms {
+        // A run is at least one window even when a minimum is 0: otherwise
+        // a stale run would restart speech at an earlier time.
+        if !self.speaking
+            && self.active_run > 0
+            && self.active_run * WINDOW_MS >= self.cfg.min_speech_ms
+        {
             self.speaking = true;
             return Some(VadEvent::SpeechStart {
                 at_ms: ms(self.run_start_window),
             });
         }
-        if self.speaking && self.inactive_run * WINDOW_MS >= self.cfg.min_silence_ms {
+        if self.speaking
+            && self.inactive_run > 0
+            && self.inactive_run * WINDOW_MS >= self.cfg.min_silence_ms
+        {
             self.speaking = false;
             return Some(VadEvent::SpeechEnd {
                 at_ms: ms(self.last_active_window + 1),

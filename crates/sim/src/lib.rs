@@ -121,3 +121,9 @@ impl Simulators {
         Ok(())
     }
 }
+
+/// The seeded mutator of the smoke fuzz tests (`fuzz/smoke/`), shared by
+/// the STT and TTS simulator tests.
+#[cfg(test)]
+#[path = "../../../fuzz/smoke/mutator.rs"]
+mod smoke_mutator;

@@ -53,7 +53,9 @@ pub mod config;
 pub mod error;
 pub mod event;
 mod session;
-mod wire;
+// Public only so the fuzz targets in `fuzz/` can reach the parser.
+#[doc(hidden)]
+pub mod wire;
 
 pub use assembler::{Utterance, UtteranceAssembler, UtteranceBoundary};
 pub use config::{SttConfig, SttEncoding};

@@ -16,7 +16,12 @@ const MAX_QUOTE: usize = 200;
 fn num(v: &Value, key: &str) -> f64 {
     match v.get(key) {
         Some(Value::Number(n)) => n.as_f64().unwrap_or(0.0),
-        Some(Value::String(s)) => s.parse().unwrap_or(0.0),
+        // "NaN" and "inf" parse as f64 but are no time or confidence.
+        Some(Value::String(s)) => s
+            .parse()
+            .ok()
+            .filter(|x: &f64| x.is_finite())
+            .unwrap_or(0.0),
         _ => 0.0,
     }
 }
@@ -39,7 +44,7 @@ fn quote(raw: &str) -> String {
 
 /// Parses one provider text frame. Never fails: anything unexpected
 /// becomes a non-fatal [`SttEvent::ProviderError`].
-pub(crate) fn parse_server_text(raw: &str) -> SttEvent {
+pub fn parse_server_text(raw: &str) -> SttEvent {
     let Ok(v) = serde_json::from_str::<Value>(raw) else {
         return SttEvent::ProviderError {
             message: format!("non-JSON text from provider: {}", quote(raw)),
@@ -66,7 +71,7 @@ pub(crate) fn parse_server_text(raw: &str) -> SttEvent {
         other => SttEvent::ProviderError {
             message: format!(
                 "unexpected message type {:?}: {}",
-                other.unwrap_or(""),
+                quote(other.unwrap_or("")),
                 quote(raw)
             ),
         },
@@ -89,6 +94,10 @@ fn results(v: &Value) -> Transcript {
         confidence: num(&alt, "confidence"),
     }
 }
+
+#[cfg(test)]
+#[path = "wire_fuzz_tests.rs"]
+mod fuzz_tests;
 
 #[cfg(test)]
 mod tests {

@@ -18,9 +18,16 @@ pub const MAX_CONTEXTS: usize = 5;
 pub struct ContextId(pub u64);
 
 impl ContextId {
-    /// Parses the wire form `ctx-<n>`.
+    /// Parses the wire form `ctx-<n>`, exactly as [`fmt::Display`] writes
+    /// it: `ctx-+1` or `ctx-01` are not our ids, even though `u64` parses
+    /// their digits.
     pub fn from_wire(s: &str) -> Option<Self> {
-        s.strip_prefix("ctx-")?.parse().ok().map(ContextId)
+        let digits = s.strip_prefix("ctx-")?;
+        let canonical = digits.bytes().all(|b| b.is_ascii_digit())
+            && (digits == "0" || !digits.starts_with('0'));
+        canonical
+            .then(|| digits.parse().ok().map(ContextId))
+            .flatten()
     }
 }
 

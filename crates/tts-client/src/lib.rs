@@ -54,7 +54,9 @@ mod context;
 mod error;
 mod session;
 mod tracker;
-mod wire;
+// Public only so the fuzz targets in `fuzz/` can reach the parser.
+#[doc(hidden)]
+pub mod wire;
 
 pub use config::{OutputFormat, TtsConfig};
 pub use context::{ContextId, MAX_CONTEXTS};

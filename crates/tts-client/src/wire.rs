@@ -37,7 +37,7 @@ pub(crate) fn keepalive() -> String {
 
 /// A provider message, as far as this client cares.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Inbound {
+pub enum Inbound {
     Audio {
         context: Option<ContextId>,
         bytes: Vec<u8>,
@@ -81,7 +81,7 @@ struct RawAlignment {
 ///
 /// # Errors
 /// A description when the frame is not JSON or its audio is not base64.
-pub(crate) fn parse(frame: &str) -> Result<Inbound, String> {
+pub fn parse(frame: &str) -> Result<Inbound, String> {
     let raw: Raw =
         serde_json::from_str(frame).map_err(|e| format!("unparseable provider message: {e}"))?;
     let context = raw
@@ -127,6 +127,10 @@ pub(crate) fn parse(frame: &str) -> Result<Inbound, String> {
 pub(crate) fn voiced_chars(text: &str) -> usize {
     text.chars().filter(|c| !c.is_whitespace()).count()
 }
+
+#[cfg(test)]
+#[path = "wire_fuzz_tests.rs"]
+mod fuzz_tests;
 
 #[cfg(test)]
 mod tests {

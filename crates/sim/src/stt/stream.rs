@@ -405,3 +405,7 @@ impl StreamCore {
 #[cfg(test)]
 #[path = "stream_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "stream_fuzz_tests.rs"]
+mod fuzz_tests;

@@ -411,3 +411,6 @@ fn auto_trigger_prefix(buffer: &str) -> Option<usize> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod fuzz_tests;
