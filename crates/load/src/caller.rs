@@ -143,7 +143,9 @@ enum Stage {
 struct Terminal {
     kind: TerminalKind,
     reason: String,
-    received_at: Duration,
+    /// When the audio that carried this terminal prompt began (the moment
+    /// the caller could first hear the refusal); the mark's arrival if none.
+    heard_from: Duration,
     audio_seen: bool,
     echoed: bool,
 }
@@ -198,6 +200,8 @@ pub struct Caller {
     next_frame: Option<Duration>,
     /// Start of the current owed stage; `None` when nothing is owed.
     owed_from: Option<Duration>,
+    /// When the stretch of bot audio now playing began.
+    stretch_started: Option<Duration>,
     speech_ended_at: Duration,
     admitted: bool,
     counters: Counters,
@@ -217,6 +221,7 @@ impl Caller {
             started_at: Duration::ZERO,
             next_frame: None,
             owed_from: None,
+            stretch_started: None,
             speech_ended_at: Duration::ZERO,
             admitted: false,
             counters: Counters::default(),
@@ -534,8 +539,11 @@ impl Caller {
                 .push(now.saturating_sub(self.speech_ended_at));
             self.counters.replies_heard += 1;
         }
-        if !self.playout.is_playing(now) && self.end_stretch(now) {
-            return;
+        if !self.playout.is_playing(now) {
+            self.stretch_started = Some(now);
+            if self.end_stretch(now) {
+                return;
+            }
         }
         match &mut self.stage {
             Stage::AwaitBot { audio_seen, .. } => *audio_seen = true,
@@ -584,10 +592,11 @@ impl Caller {
             self.owed_from = Some(now);
         }
         tracing::debug!(kind = kind.name(), %reason, "terminal mark received");
+        let heard_from = self.stretch_started.filter(|_| audio_seen).unwrap_or(now);
         self.stage = Stage::Terminal(Terminal {
             kind,
             reason,
-            received_at: now,
+            heard_from,
             audio_seen,
             echoed: false,
         });
@@ -757,7 +766,7 @@ fn terminal_outcome(term: &Terminal) -> Outcome {
             how: "overflow_mark".into(),
             reason,
             prompt_heard: term.echoed && term.audio_seen,
-            time_to_rejection_ms: millis(term.received_at),
+            time_to_rejection_ms: millis(term.heard_from),
         },
         TerminalKind::Transfer => Outcome::Transferred { reason },
         TerminalKind::End => Outcome::EndedByBot { reason },

@@ -17,7 +17,8 @@ pub enum Outcome {
         reason: String,
         /// The overflow prompt played to its end (its mark was echoed).
         prompt_heard: bool,
-        /// From dialling to the refusal, or to the overflow mark's arrival.
+        /// From dialling to the refusal: the HTTP answer, or the first audio
+        /// of the overflow prompt.
         time_to_rejection_ms: u64,
     },
     /// The bot escalated to a human (`callgate-transfer:<reason>`).

@@ -32,8 +32,14 @@ impl ChildProcess {
     ///
     /// # Errors
     /// The log cannot be created or the process cannot be started.
-    pub fn spawn(name: &'static str, exe: &Path, args: &[String], log: PathBuf) -> anyhow::Result<Self> {
-        let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    pub fn spawn(
+        name: &'static str,
+        exe: &Path,
+        args: &[String],
+        log: PathBuf,
+    ) -> anyhow::Result<Self> {
+        let out =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone()?;
         let mut cmd = Command::new(exe);
         cmd.args(args)
@@ -48,17 +54,20 @@ impl ChildProcess {
             }
         }
         cmd.env("RUST_LOG", "warn");
-        let child = cmd.spawn().with_context(|| format!("starting the {name} process"))?;
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting the {name} process"))?;
         let pid = child.id().context("the child has no pid")?;
-        Ok(ChildProcess { name, child, pid, log })
+        Ok(ChildProcess {
+            name,
+            child,
+            pid,
+            log,
+        })
     }
 
     pub fn pid(&self) -> u32 {
         self.pid
-    }
-
-    pub fn log(&self) -> &Path {
-        &self.log
     }
 
     /// Fails (with the log's tail) if the process has exited.

@@ -22,6 +22,80 @@ pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// The parent pid (field 4) and the CPU ticks of the process itself plus
+/// its reaped children (`utime + stime + cutime + cstime`, fields 14–17).
+pub fn parse_stat_ppid_and_ticks(stat: &str) -> Option<(u32, u64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().take(15).collect();
+    let ppid = fields.get(1)?.parse().ok()?;
+    let ticks = fields
+        .get(11..15)?
+        .iter()
+        .map(|f| f.parse::<u64>().ok())
+        .sum::<Option<u64>>()?;
+    Some((ppid, ticks))
+}
+
+/// CPU ticks of process `root` and its direct children (e.g. the
+/// postmaster and its backends), reaped children included.
+///
+/// # Errors
+/// `/proc` cannot be listed or `root` is gone.
+pub fn tree_cpu_ticks(root: u32) -> io::Result<u64> {
+    let own = std::fs::read_to_string(format!("/proc/{root}/stat"))?;
+    let (_, mut total) = parse_stat_ppid_and_ticks(&own).ok_or_else(|| unexpected(root, "stat"))?;
+    for entry in std::fs::read_dir("/proc")? {
+        let Some(pid) = entry?
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A process may exit between listing and reading: skip it.
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if let Some((ppid, ticks)) = parse_stat_ppid_and_ticks(&stat)
+            && ppid == root
+        {
+            total += ticks;
+        }
+    }
+    Ok(total)
+}
+
+/// Busy CPU ticks of the whole machine (all CPUs: everything but `idle` and
+/// `iowait`), from the text of `/proc/stat`.
+pub fn parse_machine_busy_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let values: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice]:
+    // guest time is already counted in user, so only the first eight add up.
+    let total: u64 = values.iter().take(8).sum();
+    let idle = values.get(3)? + values.get(4).copied().unwrap_or(0);
+    Some(total.saturating_sub(idle))
+}
+
+/// Busy CPU ticks of the whole machine so far.
+///
+/// # Errors
+/// `/proc/stat` is unreadable or unexpected.
+pub fn machine_busy_ticks() -> io::Result<u64> {
+    let text = std::fs::read_to_string("/proc/stat")?;
+    parse_machine_busy_ticks(&text).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            "/proc/stat has an unexpected format",
+        )
+    })
+}
+
 /// `VmRSS` in KiB from the text of `/proc/<pid>/status`.
 pub fn parse_vm_rss_kib(status: &str) -> Option<u64> {
     status
@@ -87,6 +161,9 @@ mod tests {
         let real = "22117 (cat) R 22113 22113 15659 0 -1 4194304 97 0 0 0 7 3 0 0 20 0 1 0";
         assert_eq!(parse_stat_cpu_ticks(real), Some(10));
         assert_eq!(parse_stat_cpu_ticks("12 (short) S 1 2"), None);
+        // Reaped children's time (fields 16 and 17: 7 and 8) counts for a tree.
+        let with_children = "4242 (postgres) S 77 4242 4242 0 -1 0 0 0 0 0 5 6 7 8 20";
+        assert_eq!(parse_stat_ppid_and_ticks(with_children), Some((77, 26)));
         assert_eq!(parse_stat_cpu_ticks("no parenthesis"), None);
     }
 
@@ -98,10 +175,20 @@ mod tests {
     }
 
     #[test]
+    fn machine_busy_time_excludes_idle_and_iowait() {
+        let stat = "cpu  100 5 50 1000 20 3 2 1 40 0\ncpu0 50 2 25 500 10 1 1 0 20 0\nintr 1 2\n";
+        // 100 + 5 + 50 + 3 + 2 + 1; guest (40) is already inside user.
+        assert_eq!(parse_machine_busy_ticks(stat), Some(161));
+        assert_eq!(parse_machine_busy_ticks("intr 1 2\n"), None);
+        assert!(machine_busy_ticks().is_ok());
+    }
+
+    #[test]
     fn this_process_can_be_measured() {
         let me = std::process::id();
         assert!(rss_kib(me).unwrap() > 0);
         assert!(cpu_ticks(me).is_ok());
+        assert!(tree_cpu_ticks(me).unwrap() >= cpu_ticks(me).unwrap());
         assert!(clock_ticks_per_second() > 0);
         assert!((ticks_to_secs(250, 100) - 2.5).abs() < 1e-9);
     }
