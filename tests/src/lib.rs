@@ -40,6 +40,24 @@ impl Harness {
     /// Starts Postgres, the simulators and the server (`tweak` adjusts the
     /// server configuration after it has been pointed at the simulators).
     pub async fn start(sim: SimConfig, tweak: impl FnOnce(&mut Config)) -> Harness {
+        Self::start_inner(sim, tweak, None).await
+    }
+
+    /// Like [`Harness::start`], but the configuration is written to `file`
+    /// and the server reads it from there (so `/admin/reload` can re-read it).
+    pub async fn start_with_file(
+        sim: SimConfig,
+        tweak: impl FnOnce(&mut Config),
+        file: &std::path::Path,
+    ) -> Harness {
+        Self::start_inner(sim, tweak, Some(file)).await
+    }
+
+    async fn start_inner(
+        sim: SimConfig,
+        tweak: impl FnOnce(&mut Config),
+        file: Option<&std::path::Path>,
+    ) -> Harness {
         init_logs();
         let pg = LocalPostgres::start(LocalOptions::default()).expect("start a throwaway Postgres");
         let sims = Simulators::start_local(sim)
@@ -48,7 +66,10 @@ impl Harness {
         let instance = format!("test-{}", uuid::Uuid::new_v4().simple());
         let mut cfg = callgate::demo::config_for(&sims, &pg.conninfo(), &instance);
         tweak(&mut cfg);
-        let server = callgate::server::start(cfg, None)
+        if let Some(path) = file {
+            write_config(path, &cfg);
+        }
+        let server = callgate::server::start(cfg, file.map(std::path::Path::to_path_buf))
             .await
             .expect("start the server");
         let (db, conn) = tokio_postgres::connect(&pg.conninfo(), NoTls)
@@ -215,6 +236,12 @@ pub fn load(h: &Harness, calls: usize, utterances: usize) -> callgate_load::Load
         progress: false,
         ..callgate_load::LoadConfig::default()
     }
+}
+
+/// Writes a configuration as TOML (what an operator would edit).
+pub fn write_config(path: &std::path::Path, cfg: &Config) {
+    let text = toml::to_string(cfg).expect("serialize the configuration");
+    std::fs::write(path, text).expect("write the configuration file");
 }
 
 fn init_logs() {

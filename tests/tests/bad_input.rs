@@ -1,5 +1,6 @@
 //! Bad input from a carrier closes that one stream with a clear reason in
 //! the ledger; other calls are untouched and nothing panics.
+#![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
 use std::time::Duration;
 

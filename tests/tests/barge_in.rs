@@ -1,6 +1,7 @@
 //! Barge-in: when the caller speaks over the bot, outbound audio stops at
 //! once (Twilio `clear`), the interrupted reply is recorded as heard so far,
 //! and the caller's words are answered.
+#![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! How calls end: the bot books and hangs up, the caller asks for a person,
 //! a provider fails mid-call. None of them ends in silence, and each leaves
 //! its reason in the ledger.
+#![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
 use callgate_load::Outcome;
 use callgate_sim::SimConfig;

@@ -1,5 +1,6 @@
 //! The foundation scenario: one complete call end to end over real sockets,
 //! with the three simulators and a real Postgres.
+#![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
 use callgate_load::Outcome;
 use callgate_sim::SimConfig;

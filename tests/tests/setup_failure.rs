@@ -1,5 +1,6 @@
 //! A provider refusing a call's session must not leave the call hanging: it
 //! ends through the overflow path, and the reason is recorded.
+#![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
 use callgate_load::Outcome;
 use callgate_sim::SimConfig;

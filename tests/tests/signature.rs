@@ -1,4 +1,5 @@
 //! With an auth token configured, only upgrades signed by it are accepted.
+#![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
 use callgate_load::Outcome;
 use callgate_sim::SimConfig;

@@ -1,5 +1,6 @@
 //! Tool work belongs to its call: when the caller hangs up while a tool is
 //! running, the tool request is cancelled and nothing outlives the call.
+#![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,6 @@
 //! The per-call watchdog: a provider that stalls mid-call gets the caller an
 //! apology and then a transfer, never silence, and the stall is recorded.
+#![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
 use callgate_load::Outcome;
 use callgate_sim::SimConfig;
@@ -60,4 +61,22 @@ async fn an_stt_provider_that_stops_transcribing_is_covered_then_transferred() {
     let mut sim = SimConfig::default();
     sim.stt.stall_results = true;
     stalled_call(sim, "stt").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hard_maximum_duration_ends_a_call_with_a_goodbye() {
+    let h = Harness::start(SimConfig::default(), |c| c.call.max_duration_s = 4).await;
+    let report = callgate_load::run(load(&h, 1, 3)).await;
+    let call = &report.calls[0];
+    assert_eq!(
+        call.outcome,
+        Outcome::EndedByBot {
+            reason: "max_duration".into()
+        },
+        "{call:#?}"
+    );
+    let ledger = h.closed_ledger(&call.call_sid.to_string()).await;
+    assert_eq!(ledger.end_reason.as_deref(), Some("max_duration"));
+    h.assert_all_closed().await;
+    h.stop().await;
 }

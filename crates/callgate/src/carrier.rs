@@ -67,11 +67,12 @@ enum Out {
 
 /// One carrier WebSocket.
 pub struct CarrierLink {
-    stream_sid: String,
+    out: twilio::Outbound,
     rx: SplitStream<WebSocket>,
     tx: mpsc::Sender<Out>,
     writer: JoinHandle<()>,
     max_payload: usize,
+    audio: twilio::Audio,
     closed: bool,
     pub stats: Arc<LinkStats>,
 }
@@ -84,11 +85,12 @@ impl CarrierLink {
         let stats = Arc::new(LinkStats::default());
         let writer = tokio::spawn(write_loop(sink, out_rx));
         CarrierLink {
-            stream_sid: String::new(),
+            out: twilio::Outbound::new(""),
             rx,
             tx,
             writer,
             max_payload,
+            audio: twilio::Audio::Discard,
             closed: false,
             stats,
         }
@@ -96,7 +98,13 @@ impl CarrierLink {
 
     /// Sets the stream id used on every outbound frame (from `start`).
     pub fn set_stream_sid(&mut self, sid: &str) {
-        self.stream_sid = sid.to_string();
+        self.out = twilio::Outbound::new(sid);
+    }
+
+    /// Starts decoding caller audio (until then — while waiting for
+    /// admission or being refused — payloads are size-checked and dropped).
+    pub fn want_audio(&mut self) {
+        self.audio = twilio::Audio::Decode;
     }
 
     /// The next event from the carrier. Cancel-safe. After `Stop`, `Gone` or
@@ -134,7 +142,7 @@ impl CarrierLink {
             Message::Binary(_) => return CarrierEvent::Invalid(WireError::BinaryFrame),
             Message::Ping(_) | Message::Pong(_) => return CarrierEvent::Ignored,
         };
-        match twilio::parse(text.as_str(), self.max_payload) {
+        match twilio::parse_with(text.as_str(), self.max_payload, self.audio) {
             Err(e) => CarrierEvent::Invalid(e),
             Ok(Inbound::Media(media)) => {
                 self.stats.frames_in.fetch_add(1, Ordering::Relaxed);
@@ -154,7 +162,7 @@ impl CarrierLink {
 
     /// Queues one audio frame. Never waits: a full queue drops the frame.
     pub fn send_audio(&self, frame: &[u8]) {
-        let msg = Out::Text(twilio::media_msg(&self.stream_sid, frame));
+        let msg = Out::Text(self.out.media(frame));
         if self.tx.try_send(msg).is_ok() {
             self.stats.frames_out.fetch_add(1, Ordering::Relaxed);
             metrics::counter!(m::MEDIA_OUT).increment(1);
@@ -166,12 +174,12 @@ impl CarrierLink {
 
     /// Queues a mark after the audio sent so far.
     pub fn send_mark(&self, name: &str) {
-        self.send_control(Out::Text(twilio::mark_msg(&self.stream_sid, name)));
+        self.send_control(Out::Text(self.out.mark(name)));
     }
 
     /// Asks the carrier to drop its buffered audio (barge-in).
     pub fn send_clear(&self) {
-        self.send_control(Out::Text(twilio::clear_msg(&self.stream_sid)));
+        self.send_control(Out::Text(self.out.clear()));
     }
 
     fn send_control(&self, out: Out) {
@@ -201,21 +209,40 @@ impl CarrierLink {
 }
 
 async fn write_loop(mut sink: SplitSink<WebSocket, Message>, mut rx: mpsc::Receiver<Out>) {
-    while let Some(out) = rx.recv().await {
-        let (msg, last) = match out {
-            Out::Text(t) => (Message::Text(t.into()), false),
-            Out::Close(code, reason) => (
-                Message::Close(Some(CloseFrame {
-                    code,
-                    reason: reason.into(),
-                })),
-                true,
-            ),
+    while let Some(first) = rx.recv().await {
+        // Everything already queued goes out in one flush: fewer syscalls
+        // when a pacer releases several frames at once.
+        let mut batch = vec![first];
+        while batch.len() < WRITE_BATCH {
+            match rx.try_recv() {
+                Ok(more) => batch.push(more),
+                Err(_) => break,
+            }
+        }
+        let closing = batch.iter().any(|o| matches!(o, Out::Close(..)));
+        let write = async {
+            for out in batch {
+                sink.feed(message(out)).await?;
+            }
+            sink.flush().await
         };
-        match tokio::time::timeout(SEND_TIMEOUT, sink.send(msg)).await {
-            Ok(Ok(())) if !last => {}
+        match tokio::time::timeout(SEND_TIMEOUT, write).await {
+            Ok(Ok(())) if !closing => {}
             _ => break,
         }
     }
     let _ = tokio::time::timeout(SEND_TIMEOUT, sink.close()).await;
+}
+
+/// Frames written per flush at most.
+const WRITE_BATCH: usize = 32;
+
+fn message(out: Out) -> Message {
+    match out {
+        Out::Text(t) => Message::Text(t.into()),
+        Out::Close(code, reason) => Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        })),
+    }
 }

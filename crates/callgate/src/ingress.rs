@@ -22,6 +22,7 @@ use crate::call::setup::{self, CallInfo, SetupFailure};
 use crate::call::{self, CallActor};
 use crate::carrier::{CarrierEvent, CarrierLink};
 use crate::config::ms;
+use crate::hold::Hold;
 use crate::metrics as m;
 use crate::overflow::{self, OverflowCall};
 use crate::twilio;
@@ -173,34 +174,45 @@ enum Admission {
 }
 
 /// Waits for a slot (FIFO, bounded by the queue timeout) while reading the
-/// carrier: caller audio during the wait is discarded, a hang-up leaves the
-/// queue at once (dropping the ticket frees its place).
+/// carrier: a caller who has to wait hears "please hold" and hold music;
+/// caller audio during the wait is discarded; a hang-up leaves the queue at
+/// once (dropping the ticket frees its place).
 async fn wait_admission(app: &App, carrier: &mut CarrierLink) -> Admission {
     let mut ticket: Ticket = match app.gate.enqueue(Instant::now()) {
         Ok(t) => t,
         Err(r) => return Admission::Rejected(r),
     };
     let deadline = ticket.deadline();
-    loop {
+    let mut hold = (!ticket.is_granted()).then(|| Hold::new(ms(app.cfg().call.pacer_lead_ms)));
+    let outcome = loop {
+        if let Some(h) = hold.as_mut() {
+            h.pump(carrier, Instant::now());
+        }
+        let hold_at = hold.as_ref().map_or(deadline, Hold::next_deadline);
         tokio::select! {
-            res = &mut ticket => return match res {
+            res = &mut ticket => break match res {
                 Ok(p) => Admission::Admitted(p),
                 Err(r) => Admission::Rejected(r),
             },
             () = tokio::time::sleep_until(deadline.into()) => {
-                return match ticket.expire(Instant::now()) {
+                break match ticket.expire(Instant::now()) {
                     Ok(p) => Admission::Admitted(p),
                     Err(r) => Admission::Rejected(r),
                 };
             }
+            () = tokio::time::sleep_until(hold_at.into()), if hold.is_some() => {}
             ev = carrier.next_event() => match ev {
-                CarrierEvent::Stop => return Admission::Abandoned("stop".into()),
-                CarrierEvent::Gone(why) => return Admission::Abandoned(why),
-                CarrierEvent::Invalid(e) => return Admission::Abandoned(format!("protocol error: {e}")),
+                CarrierEvent::Stop => break Admission::Abandoned("stop".into()),
+                CarrierEvent::Gone(why) => break Admission::Abandoned(why),
+                CarrierEvent::Invalid(e) => break Admission::Abandoned(format!("protocol error: {e}")),
                 _ => {}
             },
         }
+    };
+    if let Some(h) = hold {
+        h.stop(carrier);
     }
+    outcome
 }
 
 async fn reject(app: &App, carrier: CarrierLink, call_id: CallId, call_sid: &str, r: Rejection) {

@@ -25,11 +25,13 @@
 //! ```
 
 pub mod app;
+pub mod bench;
 pub mod call;
 pub mod carrier;
 pub mod config;
 pub mod demo;
 pub mod drain;
+pub mod hold;
 pub mod http;
 pub mod ingress;
 pub mod metrics;

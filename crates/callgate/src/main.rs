@@ -30,6 +30,8 @@ enum Cmd {
     Load(callgate_load::cli::LoadArgs),
     /// The whole thing on embedded defaults: Postgres, simulators, server, 20 calls.
     Demo(callgate::demo::DemoArgs),
+    /// Benchmarks at full size, with the server and simulators as child processes.
+    Bench(callgate::bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
                 callgate_load::cli::main(args).await
             }
             Cmd::Demo(args) => callgate::demo::run(args).await,
+            Cmd::Bench(args) => callgate::bench::run(args).await,
         }
     });
     match result {

@@ -6,6 +6,10 @@
 
 /// "We're experiencing high call volume. Transferring you to our team now."
 pub static OVERFLOW: &[u8] = include_bytes!("../assets/overflow.ulaw");
+/// "Please hold. All our lines are busy." (played while queued for admission)
+pub static HOLD: &[u8] = include_bytes!("../assets/hold.ulaw");
+/// Four soft tones, 1.8 s, looped after [`HOLD`] while the call waits.
+pub static HOLD_MUSIC: &[u8] = include_bytes!("../assets/hold_music.ulaw");
 /// "Sorry, I'm having trouble on my end. One moment, please."
 pub static APOLOGY: &[u8] = include_bytes!("../assets/apology.ulaw");
 /// "Let me transfer you to our team."

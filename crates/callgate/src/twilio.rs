@@ -160,6 +160,20 @@ struct DtmfBody {
 
 /// Parses one text frame from the carrier.
 pub fn parse(text: &str, max_payload: usize) -> Result<Inbound, WireError> {
+    parse_with(text, max_payload, Audio::Decode)
+}
+
+/// Whether `media` payloads are decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audio {
+    Decode,
+    /// The audio is not used (the call is queued or being refused): only
+    /// its size is checked, and `Media.payload` is left empty.
+    Discard,
+}
+
+/// Parses one text frame, decoding or discarding audio.
+pub fn parse_with(text: &str, max_payload: usize, audio: Audio) -> Result<Inbound, WireError> {
     let env: Envelope<'_> =
         serde_json::from_str(text).map_err(|e| WireError::InvalidJson(e.to_string()))?;
     let missing = |field| WireError::MissingBody {
@@ -172,6 +186,7 @@ pub fn parse(text: &str, max_payload: usize) -> Result<Inbound, WireError> {
         "media" => Inbound::Media(media_from(
             env.media.ok_or_else(|| missing("media"))?,
             max_payload,
+            audio,
         )?),
         "dtmf" => Inbound::Dtmf {
             digit: env.dtmf.ok_or_else(|| missing("dtmf"))?.digit,
@@ -204,7 +219,7 @@ fn start_from(b: StartBody) -> Start {
     }
 }
 
-fn media_from(b: MediaBody<'_>, max_payload: usize) -> Result<Media, WireError> {
+fn media_from(b: MediaBody<'_>, max_payload: usize, audio: Audio) -> Result<Media, WireError> {
     // base64 expands 3 bytes to 4 characters: refuse before decoding.
     let max_chars = max_payload.div_ceil(3) * 4;
     if b.payload.len() > max_chars {
@@ -214,9 +229,12 @@ fn media_from(b: MediaBody<'_>, max_payload: usize) -> Result<Media, WireError> 
             max: max_payload,
         });
     }
-    let payload = B64
-        .decode(b.payload.as_bytes())
-        .map_err(|_| WireError::InvalidBase64)?;
+    let payload = match audio {
+        Audio::Decode => B64
+            .decode(b.payload.as_bytes())
+            .map_err(|_| WireError::InvalidBase64)?,
+        Audio::Discard => Vec::new(),
+    };
     if payload.len() > max_payload {
         return Err(WireError::PayloadTooLarge {
             len: payload.len(),
@@ -253,25 +271,60 @@ fn lenient_opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Er
     })
 }
 
+/// Builds the outbound frames of one stream. The stream id comes from the
+/// carrier, so it is JSON-escaped once here; media frames — fifty a second
+/// per call — are then assembled without building a JSON tree.
+#[derive(Debug, Clone)]
+pub struct Outbound {
+    /// The stream id as a JSON string literal, quotes included.
+    sid: String,
+}
+
+impl Outbound {
+    pub fn new(stream_sid: &str) -> Self {
+        let sid = serde_json::to_string(stream_sid).unwrap_or_else(|_| "\"\"".to_string());
+        Outbound { sid }
+    }
+
+    /// `media` frame carrying μ-law audio to play.
+    pub fn media(&self, payload: &[u8]) -> String {
+        let mut s = String::with_capacity(60 + self.sid.len() + payload.len().div_ceil(3) * 4);
+        s.push_str(r#"{"event":"media","streamSid":"#);
+        s.push_str(&self.sid);
+        s.push_str(r#","media":{"payload":""#);
+        B64.encode_string(payload, &mut s);
+        s.push_str("\"}}");
+        s
+    }
+
+    /// `mark` frame: echoed by the carrier once the audio before it has played.
+    pub fn mark(&self, name: &str) -> String {
+        let name = serde_json::to_string(name).unwrap_or_else(|_| "\"\"".to_string());
+        format!(
+            r#"{{"event":"mark","streamSid":{},"mark":{{"name":{name}}}}}"#,
+            self.sid
+        )
+    }
+
+    /// `clear` frame: drop all audio buffered at the carrier (barge-in).
+    pub fn clear(&self) -> String {
+        format!(r#"{{"event":"clear","streamSid":{}}}"#, self.sid)
+    }
+}
+
 /// `media` frame carrying μ-law audio to play.
 pub fn media_msg(stream_sid: &str, payload: &[u8]) -> String {
-    serde_json::json!({
-        "event": "media",
-        "streamSid": stream_sid,
-        "media": { "payload": B64.encode(payload) }
-    })
-    .to_string()
+    Outbound::new(stream_sid).media(payload)
 }
 
 /// `mark` frame: echoed by the carrier once the audio before it has played.
 pub fn mark_msg(stream_sid: &str, name: &str) -> String {
-    serde_json::json!({ "event": "mark", "streamSid": stream_sid, "mark": { "name": name } })
-        .to_string()
+    Outbound::new(stream_sid).mark(name)
 }
 
 /// `clear` frame: drop all audio buffered at the carrier (barge-in).
 pub fn clear_msg(stream_sid: &str) -> String {
-    serde_json::json!({ "event": "clear", "streamSid": stream_sid }).to_string()
+    Outbound::new(stream_sid).clear()
 }
 
 /// Checks `X-Twilio-Signature`: base64(HMAC-SHA1(auth token, URL)). For a
@@ -418,6 +471,11 @@ mod tests {
         assert_eq!(v["mark"]["name"], "turn-3");
         let v: serde_json::Value = serde_json::from_str(&clear_msg("MZ1")).unwrap();
         assert_eq!(v["event"], "clear");
+        let odd = "MZ\"quoted\\";
+        let v: serde_json::Value = serde_json::from_str(&media_msg(odd, &[1, 2, 3])).unwrap();
+        assert_eq!(v["streamSid"], odd, "carrier-supplied ids are escaped");
+        let v: serde_json::Value = serde_json::from_str(&mark_msg(odd, "a\"b")).unwrap();
+        assert_eq!(v["mark"]["name"], "a\"b");
     }
 
     #[test]

@@ -42,6 +42,9 @@ use setup::Resources;
 use tools::ToolRunner;
 use watchdog::{Action, Clock, Watchdog, WatchdogConfig};
 
+/// One telephony frame.
+pub const FRAME_PERIOD: Duration = media::format::FRAME;
+
 /// A far-away instant for timers that are not armed.
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(86_400 * 365)
@@ -131,11 +134,12 @@ impl CallActor {
     pub fn new(
         app: Arc<App>,
         permit: Permit,
-        carrier: CarrierLink,
+        mut carrier: CarrierLink,
         res: Resources,
         rec: Recorder,
         setup_ms: u64,
     ) -> Self {
+        carrier.want_audio();
         let cfg = app.cfg();
         let now = Instant::now();
         let lead_ms = cfg.call.pacer_lead_ms;

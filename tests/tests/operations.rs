@@ -1,0 +1,161 @@
+//! Operating callgate: hot reload of the caps, the overflow webhook, drain.
+#![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use callgate::config::MaxCalls;
+use callgate_load::Outcome;
+use callgate_sim::SimConfig;
+use callgate_tests::{Harness, load, write_config};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lowering_capacity_by_reload_ends_no_call_and_only_stops_admission() {
+    let dir =
+        std::env::temp_dir().join(format!("callgate-reload-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("callgate.toml");
+    let h = Harness::start_with_file(
+        SimConfig::default(),
+        |c| c.admission.queue_timeout_ms = 500,
+        &file,
+    )
+    .await;
+    let live = tokio::spawn(callgate_load::run(load(&h, 3, 3)));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(h.server.app.gate.snapshot().active, 3);
+
+    let mut cfg = h.server.app.cfg().as_ref().clone();
+    cfg.admission.max_concurrent_calls = MaxCalls::Pinned(1);
+    write_config(&file, &cfg);
+    let http = reqwest::Client::new();
+    let resp = http
+        .post(format!("http://{}/admin/reload", h.server.addr))
+        .send()
+        .await
+        .unwrap();
+    assert!(resp.status().is_success(), "{resp:?}");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(
+        (body["capacity"].as_u64(), body["active"].as_u64()),
+        (Some(1), Some(3))
+    );
+
+    let refused = callgate_load::run(load(&h, 1, 1)).await;
+    assert!(
+        matches!(&refused.calls[0].outcome, Outcome::Rejected { reason, .. } if reason == "queue_timeout"),
+        "{:#?}",
+        refused.calls[0]
+    );
+    let live = live.await.unwrap();
+    assert!(
+        live.calls.iter().all(|c| c.outcome == Outcome::Completed),
+        "no live call was ended: {:#?}",
+        live.calls
+    );
+    let after = callgate_load::run(load(&h, 1, 1)).await;
+    assert_eq!(
+        after.calls[0].outcome,
+        Outcome::Completed,
+        "admission resumes once the count falls"
+    );
+
+    std::fs::write(&file, "[admission]\nmax_concurrent_calls = \"lots\"\n").unwrap();
+    let resp = http
+        .post(format!("http://{}/admin/reload", h.server.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.status().as_u16(),
+        400,
+        "a bad file is refused and the running config kept"
+    );
+    assert_eq!(h.server.app.gate.snapshot().capacity, 1);
+    h.assert_all_closed().await;
+    h.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_overflowed_call_is_reported_to_the_webhook() {
+    let seen: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let sink = Arc::clone(&seen);
+    let app = axum::Router::new().route(
+        "/overflow",
+        axum::routing::post(move |axum::Json(v): axum::Json<serde_json::Value>| {
+            let sink = Arc::clone(&sink);
+            async move {
+                sink.lock().unwrap().push(v);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/overflow", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let mut sim = SimConfig::default();
+    sim.stt.fail_upgrade_status = Some(429);
+    let h = Harness::start(sim, |c| c.overflow.webhook_url = Some(hook)).await;
+    let report = callgate_load::run(load(&h, 2, 1)).await;
+    assert_eq!(report.summary.rejected, 2);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    for v in &seen {
+        assert_eq!(v["reason"], "setup_failed:stt");
+        assert!(v["call_id"].as_str().is_some_and(|s| s.len() == 36));
+        assert!(
+            v["carrier_call_id"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("CA"))
+        );
+    }
+    h.assert_all_closed().await;
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_refuses_new_calls_loudly_and_lets_live_ones_finish() {
+    let h = Harness::start(SimConfig::default(), |_| {}).await;
+    let live = tokio::spawn(callgate_load::run(load(&h, 2, 2)));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let http = reqwest::Client::new();
+    let resp = http
+        .post(format!("http://{}/admin/drain", h.server.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    let ready = http
+        .get(format!("http://{}/readyz", h.server.addr))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        ready.status().as_u16(),
+        503,
+        "readiness fails while draining"
+    );
+
+    let refused = callgate_load::run(load(&h, 1, 1)).await;
+    assert!(
+        matches!(&refused.calls[0].outcome, Outcome::Rejected { reason, prompt_heard: true, .. } if reason == "draining"),
+        "{:#?}",
+        refused.calls[0]
+    );
+    let live = live.await.unwrap();
+    assert!(
+        live.calls.iter().all(|c| c.outcome == Outcome::Completed),
+        "{:#?}",
+        live.calls
+    );
+    assert_eq!(
+        h.server.app.gate.snapshot().admitted_total,
+        2,
+        "no admission after the drain began"
+    );
+    h.assert_all_closed().await;
+    h.stop().await;
+}
