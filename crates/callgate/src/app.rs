@@ -21,6 +21,8 @@ pub struct App {
     pub gate: Gate,
     pub store: state_store::Store,
     pub writes: state_store::WriteBehind,
+    /// Refused calls, recorded in batches.
+    pub refusals: crate::refusals::RefusalLog,
     pub dialog: dialog_grpc::DialogClient,
     /// For tool calls and the overflow webhook.
     pub http: reqwest::Client,
@@ -75,6 +77,7 @@ impl App {
         config_path: Option<PathBuf>,
         store: state_store::Store,
         writes: state_store::WriteBehind,
+        refusals: crate::refusals::RefusalLog,
         dialog: dialog_grpc::DialogClient,
         metrics: PrometheusHandle,
     ) -> anyhow::Result<App> {
@@ -90,6 +93,7 @@ impl App {
             gate,
             store,
             writes,
+            refusals,
             dialog,
             http,
             metrics,

@@ -52,8 +52,12 @@ pub async fn media_stream(
     }
     let max = cfg.twilio.max_message_bytes;
     let tracker = app.calls.clone();
+    // Carrier frames are ~300 bytes: an 8 KiB read buffer (tungstenite's
+    // default is 128 KiB, zero-filled on every read) keeps thousands of
+    // streams cheap in memory and CPU. Writes are flushed per batch.
     ws.max_message_size(max)
         .max_frame_size(max)
+        .read_buffer_size(8 * 1024)
         .on_upgrade(move |socket| async move {
             tracker.spawn(handle(app, socket)).await.ok();
         })
@@ -234,11 +238,10 @@ async fn reject(app: &App, carrier: CarrierLink, call_id: CallId, call_sid: &str
     overflow::run(app, carrier, call).await;
 }
 
-/// A refused call is a promise refused: it is recorded and countable. The
-/// write is bounded and off the caller's path.
+/// A refused call is a promise refused: it is recorded and countable, in
+/// batches and off the caller's path (see [`crate::refusals`]).
 fn record_refusal(app: &App, call_id: CallId, call_sid: &str, reason: &str, waited: Duration) {
-    let store = app.store.clone();
-    let rejection = state_store::Rejection {
+    app.refusals.record(state_store::Rejection {
         call_id,
         instance: app.instance(),
         ingress: "twilio".to_string(),
@@ -246,14 +249,6 @@ fn record_refusal(app: &App, call_id: CallId, call_sid: &str, reason: &str, wait
         reason: reason.to_string(),
         waited,
         at: std::time::SystemTime::now(),
-    };
-    let bound = ms(app.cfg().database.setup_timeout_ms);
-    tokio::spawn(async move {
-        match tokio::time::timeout(bound, store.record_rejection(rejection)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => warn!(error = %e, "could not record a refused call"),
-            Err(_) => warn!("recording a refused call timed out"),
-        }
     });
 }
 

@@ -37,6 +37,7 @@ pub mod ingress;
 pub mod metrics;
 pub mod overflow;
 pub mod prompts;
+pub mod refusals;
 pub mod server;
 pub mod twilio;
 

@@ -48,8 +48,8 @@ pub async fn run(app: &App, mut carrier: CarrierLink, call: OverflowCall<'_>) ->
     let mut pacer = Pacer::new(160, media::g711::ULAW_SILENCE, ms(cfg.call.pacer_lead_ms));
     pacer.push_audio(prompts::OVERFLOW);
     pacer.push_mark(mark.clone());
-    let deadline = started + pacer.queued() + ms(cfg.call.final_mark_grace_ms);
-    let prompt_heard = play(&mut carrier, &mut pacer, &mark, deadline).await;
+    let grace = ms(cfg.call.final_mark_grace_ms);
+    let prompt_heard = play(&mut carrier, &mut pacer, &mark, grace).await;
     carrier.close(1000, "transferring").await;
     let outcome = OverflowOutcome {
         prompt_heard,
@@ -67,18 +67,27 @@ pub async fn run(app: &App, mut carrier: CarrierLink, call: OverflowCall<'_>) ->
 
 /// Pumps the prompt in real time until its mark is echoed, the caller
 /// leaves, or the deadline passes. Returns whether the mark was echoed.
+///
+/// The deadline is `grace` after the mark was actually sent: under CPU
+/// pressure the pacer re-anchors and the prompt takes longer than its length,
+/// and it must not be cut short for that. Until the mark is sent the bound is
+/// twice the prompt's length plus `grace`.
 async fn play(
     carrier: &mut CarrierLink,
     pacer: &mut Pacer<String>,
     mark: &str,
-    deadline: Instant,
+    grace: Duration,
 ) -> bool {
+    let mut deadline = Instant::now() + pacer.queued() * 2 + grace;
     loop {
         let now = Instant::now();
         while let Some(item) = pacer.poll(now) {
             match item {
                 Paced::Frame(f) => carrier.send_audio(&f),
-                Paced::Mark(name) => carrier.send_mark(&name),
+                Paced::Mark(name) => {
+                    carrier.send_mark(&name);
+                    deadline = now + grace;
+                }
             }
         }
         let wake = pacer.next_deadline().unwrap_or(deadline).min(deadline);

@@ -23,6 +23,7 @@ pub struct Running {
     http: JoinHandle<std::io::Result<()>>,
     background: CancellationToken,
     writers: state_store::WriterTasks,
+    refusal_writer: JoinHandle<()>,
 }
 
 /// Connects to Postgres (migrating it), builds the shared state, binds the
@@ -44,7 +45,18 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
         channels: cfg.dialog.channels,
     })?;
     let listen = cfg.server.listen;
-    let app = Arc::new(App::new(cfg, config_path, store, writes, dialog, metrics)?);
+    let background = CancellationToken::new();
+    let (refusals, refusal_writer) =
+        crate::refusals::RefusalLog::start(store.clone(), background.clone());
+    let app = Arc::new(App::new(
+        cfg,
+        config_path,
+        store,
+        writes,
+        refusals,
+        dialog,
+        metrics,
+    )?);
     let snap = app.gate.snapshot();
     info!(
         capacity = snap.capacity,
@@ -63,7 +75,6 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
             .with_graceful_shutdown(async move { stop.cancelled().await })
             .await
     });
-    let background = CancellationToken::new();
     tokio::spawn(retention_loop(Arc::clone(&app), background.clone()));
     info!(%addr, instance = %app.instance(), "callgate listening");
     Ok(Running {
@@ -73,6 +84,7 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
         http,
         background,
         writers,
+        refusal_writer,
     })
 }
 
@@ -140,6 +152,7 @@ impl Running {
             warn!("call tasks still running after the drain");
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), self.http).await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.refusal_writer).await;
         let report = self.writers.drain(Duration::from_secs(10)).await;
         info!(report = ?report, "write-behind queue flushed");
         left

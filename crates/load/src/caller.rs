@@ -200,8 +200,11 @@ pub struct Caller {
     next_frame: Option<Duration>,
     /// Start of the current owed stage; `None` when nothing is owed.
     owed_from: Option<Duration>,
-    /// When the stretch of bot audio now playing began.
-    stretch_started: Option<Duration>,
+    /// When the bot audio since the last `clear` or finished turn began:
+    /// the moment a caller could first hear what is playing now (e.g. the
+    /// overflow prompt after hold music was cleared). Gaps inside it do not
+    /// restart it.
+    prompt_started: Option<Duration>,
     speech_ended_at: Duration,
     admitted: bool,
     counters: Counters,
@@ -221,7 +224,7 @@ impl Caller {
             started_at: Duration::ZERO,
             next_frame: None,
             owed_from: None,
-            stretch_started: None,
+            prompt_started: None,
             speech_ended_at: Duration::ZERO,
             admitted: false,
             counters: Counters::default(),
@@ -539,11 +542,9 @@ impl Caller {
                 .push(now.saturating_sub(self.speech_ended_at));
             self.counters.replies_heard += 1;
         }
-        if !self.playout.is_playing(now) {
-            self.stretch_started = Some(now);
-            if self.end_stretch(now) {
-                return;
-            }
+        self.prompt_started.get_or_insert(now);
+        if !self.playout.is_playing(now) && self.end_stretch(now) {
+            return;
         }
         match &mut self.stage {
             Stage::AwaitBot { audio_seen, .. } => *audio_seen = true,
@@ -574,6 +575,7 @@ impl Caller {
     }
 
     fn on_clear(&mut self, now: Duration) {
+        self.prompt_started = None;
         for mark in self.playout.clear(now) {
             if !self.is_live() {
                 break;
@@ -592,7 +594,7 @@ impl Caller {
             self.owed_from = Some(now);
         }
         tracing::debug!(kind = kind.name(), %reason, "terminal mark received");
-        let heard_from = self.stretch_started.filter(|_| audio_seen).unwrap_or(now);
+        let heard_from = self.prompt_started.filter(|_| audio_seen).unwrap_or(now);
         self.stage = Stage::Terminal(Terminal {
             kind,
             reason,
@@ -624,6 +626,7 @@ impl Caller {
     }
 
     fn turn_completed(&mut self, t: Duration, turn: BotTurn) {
+        self.prompt_started = None;
         if self.end_stretch(t) {
             return;
         }

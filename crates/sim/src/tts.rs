@@ -316,10 +316,11 @@ async fn upgrade(
         socket_no: params.seed,
         voice_id,
     };
-    ws.on_upgrade(move |websocket| async move {
-        let core = SocketCore::new(params, std::time::Instant::now());
-        socket::run(websocket, core, task).await;
-    })
+    ws.read_buffer_size(8 * 1024)
+        .on_upgrade(move |websocket| async move {
+            let core = SocketCore::new(params, std::time::Instant::now());
+            socket::run(websocket, core, task).await;
+        })
 }
 
 async fn stats(State(served): State<Served>) -> Json<TtsStats> {

@@ -187,6 +187,39 @@ impl Store {
         Ok(())
     }
 
+    /// Records a batch of refused calls in one statement on one short-lived
+    /// connection: under overload refusals arrive by the thousand, and one
+    /// checkout per refusal would compete with call setup for the pool.
+    /// Idempotent per call id.
+    ///
+    /// # Errors
+    /// Provider errors when Postgres fails or is slow.
+    pub async fn record_rejections(&self, batch: &[Rejection]) -> Result<u64, StoreError> {
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        let sql = "INSERT INTO admission_rejections \
+                   (call_id, instance, ingress, carrier_call_id, reason, waited_ms, at) \
+                   SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], \
+                   $5::text[], $6::bigint[], $7::timestamptz[]) \
+                   ON CONFLICT (call_id) DO NOTHING";
+        let ids: Vec<uuid::Uuid> = batch.iter().map(|r| r.call_id.0).collect();
+        let instances: Vec<&str> = batch.iter().map(|r| r.instance.as_str()).collect();
+        let ingress: Vec<&str> = batch.iter().map(|r| r.ingress.as_str()).collect();
+        let carrier: Vec<Option<&str>> =
+            batch.iter().map(|r| r.carrier_call_id.as_deref()).collect();
+        let reasons: Vec<&str> = batch.iter().map(|r| r.reason.as_str()).collect();
+        let waited: Vec<i64> = batch.iter().map(|r| millis(r.waited)).collect();
+        let at: Vec<SystemTime> = batch.iter().map(|r| r.at).collect();
+        let mut conn = self.inner.pool.checkout().await?;
+        conn.execute(
+            "record_rejections",
+            sql,
+            &[&ids, &instances, &ingress, &carrier, &reasons, &waited, &at],
+        )
+        .await
+    }
+
     /// Applies one write now, on one short-lived connection, and says what
     /// Postgres did with it. The write-behind calls this; setup and
     /// shutdown paths may call it directly when they must know the result.

@@ -118,7 +118,12 @@ async fn open(cfg: &SttConfig) -> Result<(crate::actor::Ws, Option<String>), Stt
         ensure_crypto_provider();
     }
     // Nagle off: 20 ms audio frames must not wait for each other.
-    let connecting = tokio_tungstenite::connect_async_with_config(request, None, true);
+    // Messages are small (160-byte frames out, JSON results in): an 8 KiB
+    // read buffer instead of tungstenite's 128 KiB saves memory and the
+    // zero-fill on every read, which at thousands of streams is real CPU.
+    let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .read_buffer_size(8 * 1024);
+    let connecting = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
     let (ws, response) = match timeout(cfg.connect_timeout, connecting).await {
         Ok(Ok(done)) => done,
         Ok(Err(e)) => {

@@ -668,7 +668,9 @@ impl CallActor {
         self.watchdog.nothing_owed();
         self.pacer.push_mark(mark.clone());
         let grace = ms(self.app.cfg().call.final_mark_grace_ms);
-        let deadline = now + self.pacer.queued() + grace;
+        // Re-armed to `grace` after the mark is actually sent (pump_audio):
+        // a prompt slowed by CPU pressure must not be cut short.
+        let deadline = now + self.pacer.queued() * 2 + grace;
         info!(reason = %reason, "call ending after its final prompt");
         self.ending = Some(Ending {
             mark,
@@ -799,12 +801,23 @@ impl CallActor {
                     self.carrier.send_audio(&frame);
                     self.on_frame_sent(now);
                 }
-                Paced::Mark(name) => self.carrier.send_mark(&name),
+                Paced::Mark(name) => {
+                    self.carrier.send_mark(&name);
+                    self.on_mark_sent(&name, now);
+                }
             }
         }
         self.watch_underrun(now);
         let next = self.pacer.next_deadline().unwrap_or_else(far_future);
         self.pace_timer.as_mut().reset(next.into());
+    }
+
+    /// The final mark is on its way: the carrier now has `grace` to echo it.
+    fn on_mark_sent(&mut self, name: &str, now: Instant) {
+        let grace = ms(self.app.cfg().call.final_mark_grace_ms);
+        if let Some(e) = self.ending.as_mut().filter(|e| e.mark == name) {
+            e.deadline = now + grace;
+        }
     }
 
     /// A reply that started playing and then ran dry before it was fully

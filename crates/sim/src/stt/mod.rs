@@ -261,8 +261,9 @@ async fn listen(
         SystemTime::now(),
     );
     let stats = Arc::clone(&app.sim.stats);
-    let mut response =
-        ws.on_upgrade(move |socket| socket::run(socket, core, knobs, app.cancel, stats, guard));
+    let mut response = ws
+        .read_buffer_size(8 * 1024)
+        .on_upgrade(move |socket| socket::run(socket, core, knobs, app.cancel, stats, guard));
     // Deepgram names the request in this header; clients log it.
     if let Ok(v) = HeaderValue::from_str(&request_id.to_string()) {
         response.headers_mut().insert("dg-request-id", v);
