@@ -160,6 +160,24 @@ impl CarrierLink {
         }
     }
 
+    /// Every event already received, without waiting; audio and ignored
+    /// events are left out. Used by the hold and overflow paths, which wake
+    /// ten times a second instead of once per carrier frame: under overload
+    /// most calls are on those paths, and per-frame wake-ups would take the
+    /// CPU that admitted calls need.
+    pub fn ready_events(&mut self) -> Vec<CarrierEvent> {
+        use futures_util::FutureExt;
+        let mut out = Vec::new();
+        while !self.closed {
+            match self.next_event().now_or_never() {
+                None => break,
+                Some(CarrierEvent::Audio(_) | CarrierEvent::Ignored) => {}
+                Some(ev) => out.push(ev),
+            }
+        }
+        out
+    }
+
     /// Queues one audio frame. Never waits: a full queue drops the frame.
     pub fn send_audio(&self, frame: &[u8]) {
         let msg = Out::Text(self.out.media(frame));

@@ -21,8 +21,8 @@ pub struct Hold {
 
 impl Hold {
     /// Starts with the spoken prompt; music follows.
-    pub fn new(lead: Duration) -> Self {
-        let mut pacer = Pacer::new(160, media::g711::ULAW_SILENCE, lead);
+    pub fn start() -> Self {
+        let mut pacer = prompts::pacer();
         pacer.push_audio(prompts::HOLD);
         pacer.push_audio(prompts::HOLD_MUSIC);
         Hold {

@@ -187,12 +187,19 @@ async fn wait_admission(app: &App, carrier: &mut CarrierLink) -> Admission {
         Err(r) => return Admission::Rejected(r),
     };
     let deadline = ticket.deadline();
-    let mut hold = (!ticket.is_granted()).then(|| Hold::new(ms(app.cfg().call.pacer_lead_ms)));
+    let mut hold = (!ticket.is_granted()).then(Hold::start);
     let outcome = loop {
+        // Checked before waiting: a caller who left is let go at once.
+        if let Some(left) = left_queue(carrier) {
+            break left;
+        }
         if let Some(h) = hold.as_mut() {
             h.pump(carrier, Instant::now());
         }
-        let hold_at = hold.as_ref().map_or(deadline, Hold::next_deadline);
+        let tick = hold
+            .as_ref()
+            .map_or(deadline, Hold::next_deadline)
+            .min(Instant::now() + QUEUE_TICK);
         tokio::select! {
             res = &mut ticket => break match res {
                 Ok(p) => Admission::Admitted(p),
@@ -204,19 +211,27 @@ async fn wait_admission(app: &App, carrier: &mut CarrierLink) -> Admission {
                     Err(r) => Admission::Rejected(r),
                 };
             }
-            () = tokio::time::sleep_until(hold_at.into()), if hold.is_some() => {}
-            ev = carrier.next_event() => match ev {
-                CarrierEvent::Stop => break Admission::Abandoned("stop".into()),
-                CarrierEvent::Gone(why) => break Admission::Abandoned(why),
-                CarrierEvent::Invalid(e) => break Admission::Abandoned(format!("protocol error: {e}")),
-                _ => {}
-            },
+            () = tokio::time::sleep_until(tick.into()) => {}
         }
     };
     if let Some(h) = hold {
         h.stop(carrier);
     }
     outcome
+}
+
+/// How often a queued call looks at its carrier (for a hang-up): carrier
+/// frames are read in batches, not one wake-up per 20 ms frame.
+const QUEUE_TICK: Duration = Duration::from_millis(100);
+
+/// Whether the caller left while queued (hang-up, lost socket, bad frame).
+fn left_queue(carrier: &mut CarrierLink) -> Option<Admission> {
+    carrier.ready_events().into_iter().find_map(|ev| match ev {
+        CarrierEvent::Stop => Some(Admission::Abandoned("stop".into())),
+        CarrierEvent::Gone(why) => Some(Admission::Abandoned(why)),
+        CarrierEvent::Invalid(e) => Some(Admission::Abandoned(format!("protocol error: {e}"))),
+        _ => None,
+    })
 }
 
 async fn reject(app: &App, carrier: CarrierLink, call_id: CallId, call_sid: &str, r: Rejection) {

@@ -45,7 +45,7 @@ pub async fn run(app: &App, mut carrier: CarrierLink, call: OverflowCall<'_>) ->
     let started = Instant::now();
     let cfg = app.cfg();
     let mark = format!("callgate-overflow:{}", call.reason);
-    let mut pacer = Pacer::new(160, media::g711::ULAW_SILENCE, ms(cfg.call.pacer_lead_ms));
+    let mut pacer = prompts::pacer();
     pacer.push_audio(prompts::OVERFLOW);
     pacer.push_mark(mark.clone());
     let grace = ms(cfg.call.final_mark_grace_ms);
@@ -90,20 +90,27 @@ async fn play(
                 }
             }
         }
-        let wake = pacer.next_deadline().unwrap_or(deadline).min(deadline);
-        tokio::select! {
-            ev = carrier.next_event() => match ev {
+        // Carrier frames are read in batches at each wake-up (the pacer
+        // wakes every 100 ms), not one wake-up per 20 ms frame.
+        for ev in carrier.ready_events() {
+            match ev {
                 CarrierEvent::MarkPlayed(name) if name == mark => return true,
-                CarrierEvent::Stop | CarrierEvent::Gone(_) | CarrierEvent::Invalid(_) => return false,
-                _ => {}
-            },
-            () = tokio::time::sleep_until(wake.into()) => {
-                if Instant::now() >= deadline {
-                    warn!("overflow prompt mark not echoed before the deadline");
+                CarrierEvent::Stop | CarrierEvent::Gone(_) | CarrierEvent::Invalid(_) => {
                     return false;
                 }
+                _ => {}
             }
         }
+        if now >= deadline {
+            warn!("overflow prompt mark not echoed before the deadline");
+            return false;
+        }
+        let wake = pacer
+            .next_deadline()
+            .unwrap_or(deadline)
+            .min(deadline)
+            .min(now + prompts::CHUNK);
+        tokio::time::sleep_until(wake.into()).await;
     }
 }
 

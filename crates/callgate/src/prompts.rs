@@ -4,6 +4,22 @@
 //! the dialog service are all saturated or down. See `assets/README.md` for
 //! the words and how they were made.
 
+/// Prompts go out in 100 ms messages (800 μ-law bytes), not 20 ms ones:
+/// under overload most calls are hearing a prompt, and five times fewer
+/// messages is what keeps the server — and the carrier's side — responsive.
+/// Twilio plays media messages of any length in order.
+pub const CHUNK_BYTES: usize = 800;
+/// Playing time of one prompt message.
+pub const CHUNK: std::time::Duration = std::time::Duration::from_millis(100);
+/// How far ahead of real time prompt audio is sent: two chunks, so a server
+/// woken late under load never leaves the caller with a gap.
+pub const LEAD: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A pacer for bundled prompts.
+pub fn pacer() -> media::pacer::Pacer<String> {
+    media::pacer::Pacer::with_frame(CHUNK_BYTES, CHUNK, media::g711::ULAW_SILENCE, LEAD)
+}
+
 /// "We're experiencing high call volume. Transferring you to our team now."
 pub static OVERFLOW: &[u8] = include_bytes!("../assets/overflow.ulaw");
 /// "Please hold. All our lines are busy." (played while queued for admission)

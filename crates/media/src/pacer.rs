@@ -29,6 +29,8 @@ pub enum Paced<M> {
 #[derive(Debug)]
 pub struct Pacer<M> {
     frame_bytes: usize,
+    /// Playing time of one frame.
+    frame: Duration,
     silence: u8,
     lead: Duration,
     queue: VecDeque<Paced<M>>,
@@ -39,11 +41,17 @@ pub struct Pacer<M> {
 }
 
 impl<M> Pacer<M> {
-    /// A pacer for frames of `frame_bytes` bytes, padding with `silence`,
-    /// releasing frames up to `lead` before their real-time slot.
+    /// A pacer of 20 ms frames of `frame_bytes` bytes (see [`Pacer::with_frame`]).
     pub fn new(frame_bytes: usize, silence: u8, lead: Duration) -> Self {
+        Self::with_frame(frame_bytes, FRAME, silence, lead)
+    }
+
+    /// A pacer for frames of `frame_bytes` bytes lasting `frame` each, padding with `silence`,
+    /// releasing frames up to `lead` before their real-time slot.
+    pub fn with_frame(frame_bytes: usize, frame: Duration, silence: u8, lead: Duration) -> Self {
         Pacer {
             frame_bytes: frame_bytes.max(1),
+            frame: frame.max(Duration::from_millis(1)),
             silence,
             lead,
             queue: VecDeque::new(),
@@ -99,7 +107,7 @@ impl<M> Pacer<M> {
 
     /// Audio queued and not yet released.
     pub fn queued(&self) -> Duration {
-        FRAME * self.queued_frames as u32
+        self.frame * self.queued_frames as u32
     }
 
     /// Whether nothing is queued (a partial frame counts as queued).
@@ -130,7 +138,7 @@ impl<M> Pacer<M> {
             Paced::Mark(_) => self.anchor,
             Paced::Frame(_) => {
                 let anchor = self.anchor?;
-                let due = anchor + FRAME * self.sent_since_anchor;
+                let due = anchor + self.frame * self.sent_since_anchor;
                 Some(due.checked_sub(self.lead).unwrap_or(due))
             }
         }
@@ -139,11 +147,11 @@ impl<M> Pacer<M> {
     /// The real-time slot of the next frame, re-anchoring when late.
     fn slot(&mut self, now: Instant) -> Instant {
         if let Some(anchor) = self.anchor {
-            let due = anchor + FRAME * self.sent_since_anchor;
+            let due = anchor + self.frame * self.sent_since_anchor;
             // Late by less than the lead plus a frame: the far end still has
             // audio buffered, so keep the clock. Later than that, the queue
             // ran dry or we stalled; start a new clock instead of bursting.
-            if due + self.lead + FRAME >= now {
+            if due + self.lead + self.frame >= now {
                 return due;
             }
         }
@@ -192,6 +200,18 @@ mod tests {
             out,
             vec![Paced::Frame(vec![5, 6, 0xFF, 0xFF]), Paced::Mark("m")]
         );
+    }
+
+    #[test]
+    fn longer_frames_are_paced_by_their_own_length() {
+        let t0 = Instant::now();
+        let mut p = Pacer::with_frame(800, Duration::from_millis(100), 0xFF, Duration::ZERO);
+        p.push_audio(&[1u8; 800 * 3]);
+        assert_eq!(p.queued(), Duration::from_millis(300));
+        assert_eq!(drain(&mut p, t0).len(), 1);
+        assert_eq!(p.next_deadline(), Some(t0 + Duration::from_millis(100)));
+        assert_eq!(drain(&mut p, t0 + Duration::from_millis(99)).len(), 0);
+        assert_eq!(drain(&mut p, t0 + Duration::from_millis(200)).len(), 2);
     }
 
     #[test]
