@@ -66,6 +66,33 @@ fn assert_no_silence(report: &LoadReport, utterances: usize) {
     }
 }
 
+/// The operator's view: gauges, the admission-wait histogram and the
+/// rejections by reason, in Prometheus text.
+async fn assert_metrics(h: &Harness, rejected: usize) {
+    callgate::ensure_tls_provider();
+    let url = format!("http://{}/metrics", h.server.addr);
+    let text = reqwest::get(url).await.unwrap().text().await.unwrap();
+    for name in [
+        "callgate_calls_active ",
+        "callgate_admission_queued ",
+        "callgate_admission_capacity 18",
+        "callgate_admission_wait_seconds_bucket",
+        "callgate_call_setup_seconds_bucket",
+        "callgate_reply_latency_seconds_bucket",
+    ] {
+        assert!(text.contains(name), "{name} missing from /metrics:\n{text}");
+    }
+    let by_reason: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("callgate_admission_rejections_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(
+        by_reason as usize, rejected,
+        "rejections by reason add up:\n{text}"
+    );
+}
+
 async fn assert_released(h: &Harness) {
     h.assert_all_closed().await;
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -137,6 +164,7 @@ async fn two_hundred_calls_on_a_gate_of_twenty_nobody_hears_silence() {
         0,
         "the gate said no before the provider had to"
     );
+    assert_metrics(&h, s.rejected).await;
     assert_eq!(
         recorded_rejections(&h, s.rejected).await as usize,
         s.rejected,

@@ -20,7 +20,7 @@ pub fn pacer() -> media::pacer::Pacer<String> {
     media::pacer::Pacer::with_frame(CHUNK_BYTES, CHUNK, media::g711::ULAW_SILENCE, LEAD)
 }
 
-/// "We're experiencing high call volume. Transferring you to our team now."
+/// "We're experiencing high call volume. Transferring you now."
 pub static OVERFLOW: &[u8] = include_bytes!("../assets/overflow.ulaw");
 /// "Please hold. All our lines are busy." (played while queued for admission)
 pub static HOLD: &[u8] = include_bytes!("../assets/hold.ulaw");

@@ -19,6 +19,18 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Kills the server if the test fails before it has exited on its own.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 fn signal(child: &Child, sig: &str) {
     let ok = Command::new("kill")
         .args([sig, &child.id().to_string()])
@@ -66,14 +78,16 @@ async fn sighup_reloads_caps_and_sigterm_drains_then_exits() {
     std::fs::write(&file, toml::to_string(&cfg).unwrap()).unwrap();
     let base = format!("http://{}", cfg.server.listen);
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_callgate"))
-        .args(["serve", "--config"])
-        .arg(&file)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut server = Server(
+        Command::new(env!("CARGO_BIN_EXE_callgate"))
+            .args(["serve", "--config"])
+            .arg(&file)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     callgate::ensure_tls_provider();
     let http = reqwest::Client::new();
     wait_for(&http, &base, "the server to start", |s| {
@@ -83,7 +97,7 @@ async fn sighup_reloads_caps_and_sigterm_drains_then_exits() {
 
     cfg.admission.max_concurrent_calls = MaxCalls::Pinned(7);
     std::fs::write(&file, toml::to_string(&cfg).unwrap()).unwrap();
-    signal(&child, "-HUP");
+    signal(&server.0, "-HUP");
     wait_for(&http, &base, "SIGHUP to apply capacity 7", |s| {
         s["admission"]["capacity"] == 7
     })
@@ -101,7 +115,7 @@ async fn sighup_reloads_caps_and_sigterm_drains_then_exits() {
         s["admission"]["active"] == 1
     })
     .await;
-    signal(&child, "-TERM");
+    signal(&server.0, "-TERM");
     wait_for(&http, &base, "the drain to start", |s| {
         s["admission"]["draining"] == true
     })
@@ -124,7 +138,7 @@ async fn sighup_reloads_caps_and_sigterm_drains_then_exits() {
 
     let deadline = Instant::now() + Duration::from_secs(30);
     let code = loop {
-        if let Some(code) = child.try_wait().unwrap() {
+        if let Some(code) = server.0.try_wait().unwrap() {
             break code;
         }
         assert!(

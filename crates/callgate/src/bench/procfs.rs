@@ -187,8 +187,10 @@ mod tests {
     fn this_process_can_be_measured() {
         let me = std::process::id();
         assert!(rss_kib(me).unwrap() > 0);
-        assert!(cpu_ticks(me).is_ok());
-        assert!(tree_cpu_ticks(me).unwrap() >= cpu_ticks(me).unwrap());
+        // CPU time only grows, so the process alone, read first, can never
+        // exceed the tree (itself and its children) read after it.
+        let own = cpu_ticks(me).unwrap();
+        assert!(tree_cpu_ticks(me).unwrap() >= own);
         assert!(clock_ticks_per_second() > 0);
         assert!((ticks_to_secs(250, 100) - 2.5).abs() < 1e-9);
     }
