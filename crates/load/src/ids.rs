@@ -31,8 +31,16 @@ macro_rules! sid_type {
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                // One write of 32 hex digits: this runs for every media frame
+                // a generator sends, so no per-byte formatting machinery.
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let mut hex = [0u8; 32];
+                for (pair, b) in hex.chunks_exact_mut(2).zip(self.0) {
+                    pair[0] = HEX[usize::from(b >> 4)];
+                    pair[1] = HEX[usize::from(b & 0x0f)];
+                }
                 f.write_str(Self::PREFIX)?;
-                self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+                f.write_str(std::str::from_utf8(&hex).map_err(|_| fmt::Error)?)
             }
         }
 
@@ -130,6 +138,11 @@ mod tests {
         assert_eq!(
             CallSid::from_bytes([0xab; 16]).to_string(),
             format!("CA{}", "ab".repeat(16))
+        );
+        let mixed: [u8; 16] = std::array::from_fn(|i| (i as u8) * 17);
+        assert_eq!(
+            AccountSid::from_bytes(mixed).to_string(),
+            "AC00112233445566778899aabbccddeeff"
         );
         let json = serde_json::to_string(&sid).unwrap();
         assert_eq!(serde_json::from_str::<StreamSid>(&json).unwrap(), sid);

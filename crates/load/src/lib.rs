@@ -65,7 +65,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 pub use arrival::Arrival;
-pub use caller::{CallPlan, Caller, Transmit, TurnPlan};
+pub use caller::{CallPlan, Caller, MAX_FRAME_LAG, Transmit, TurnPlan};
 pub use config::LoadConfig;
 pub use error::{ErrorSource, LoadError};
 pub use ids::{AccountSid, CallIds, CallSid, StreamSid};

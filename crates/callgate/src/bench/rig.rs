@@ -191,6 +191,8 @@ pub struct Rig {
     pub capacity: u64,
     pub decided_by: String,
     pub clock_ticks: u64,
+    /// The generator's nice value (see `priority`), once lowered.
+    pub generator_nice: i64,
 }
 
 impl Rig {
@@ -233,6 +235,7 @@ impl Rig {
             capacity: 0,
             decided_by: String::new(),
             clock_ticks: procfs::clock_ticks_per_second(),
+            generator_nice: 0,
         };
         rig.read_capacity(caps).await?;
         Ok(rig)
