@@ -23,6 +23,12 @@ use super::audio::{Generation, OutputFormat};
 /// `chunk_length_schedule`).
 pub const AUTO_TRIGGER_CHARS: usize = 120;
 
+/// Most unflushed text one context may hold (ElevenLabs' per-request
+/// character limit). Text that never reaches a word boundary or a flush
+/// would otherwise grow without bound; beyond this the socket closes with
+/// 1008 `max_character_limit_exceeded`.
+pub const MAX_BUFFERED_CHARS: usize = 5_000;
+
 /// Audio per chunk. ElevenLabs sends chunks of roughly 100–250 ms.
 const CHUNK_MS: u64 = 200;
 
@@ -245,6 +251,13 @@ impl SocketCore {
             return; // text for a context that is finishing is ignored
         }
         ctx.buffer.push_str(&text);
+        if ctx.buffer.len() > MAX_BUFFERED_CHARS && ctx.buffer.chars().count() > MAX_BUFFERED_CHARS
+        {
+            return self.fail(
+                "max_character_limit_exceeded",
+                &format!("more than {MAX_BUFFERED_CHARS} characters buffered without a flush"),
+            );
+        }
         if flush {
             let all = std::mem::take(&mut ctx.buffer);
             self.trigger(idx, now, &all);

@@ -260,6 +260,23 @@ fn keep_alive_for_an_uninitialised_context_closes_with_1008() {
 }
 
 #[test]
+fn unbroken_text_is_bounded_and_closes_with_1008() {
+    let mut h = Harness::new(params());
+    let chunk = "x".repeat(1_000);
+    for _ in 0..5 {
+        let msg = serde_json::json!({"text": chunk, "context_id": "a"}).to_string();
+        assert!(h.send(&msg).is_empty(), "5,000 characters may wait");
+    }
+    let out = h.send(r#"{"text":"y","context_id":"a"}"#);
+    let Out::Json(_, err) = &out[0] else {
+        panic!("{out:?}")
+    };
+    assert_eq!(err["error"], "max_character_limit_exceeded");
+    assert_eq!(close_code_of(&out), Some(1008));
+    assert_eq!(h.core.open_contexts(), 0);
+}
+
+#[test]
 fn invalid_json_closes_with_1008_but_unknown_fields_are_ignored() {
     let mut h = Harness::new(params());
     assert!(
