@@ -162,7 +162,7 @@ impl CarrierLink {
 
     /// Every event already received, without waiting; audio and ignored
     /// events are left out. Used by the hold and overflow paths, which wake
-    /// ten times a second instead of once per carrier frame: under overload
+    /// once per prompt chunk instead of once per carrier frame: under overload
     /// most calls are on those paths, and per-frame wake-ups would take the
     /// CPU that admitted calls need.
     pub fn ready_events(&mut self) -> Vec<CarrierEvent> {

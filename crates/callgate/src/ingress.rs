@@ -221,8 +221,9 @@ async fn wait_admission(app: &App, carrier: &mut CarrierLink) -> Admission {
 }
 
 /// How often a queued call looks at its carrier (for a hang-up): carrier
-/// frames are read in batches, not one wake-up per 20 ms frame.
-const QUEUE_TICK: Duration = Duration::from_millis(100);
+/// frames are read in batches, one wake-up per hold-audio chunk rather than
+/// per 20 ms frame. A caller who hangs up while queued is let go within it.
+const QUEUE_TICK: Duration = crate::prompts::CHUNK;
 
 /// Whether the caller left while queued (hang-up, lost socket, bad frame).
 fn left_queue(carrier: &mut CarrierLink) -> Option<Admission> {

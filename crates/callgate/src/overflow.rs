@@ -91,7 +91,7 @@ async fn play(
             }
         }
         // Carrier frames are read in batches at each wake-up (the pacer
-        // wakes every 100 ms), not one wake-up per 20 ms frame.
+        // wakes every `prompts::CHUNK`), not one wake-up per 20 ms frame.
         for ev in carrier.ready_events() {
             match ev {
                 CarrierEvent::MarkPlayed(name) if name == mark => return true,

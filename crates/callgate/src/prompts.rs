@@ -4,16 +4,18 @@
 //! the dialog service are all saturated or down. See `assets/README.md` for
 //! the words and how they were made.
 
-/// Prompts go out in 100 ms messages (800 μ-law bytes), not 20 ms ones:
-/// under overload most calls are hearing a prompt, and five times fewer
-/// messages is what keeps the server — and the carrier's side — responsive.
-/// Twilio plays media messages of any length in order.
-pub const CHUNK_BYTES: usize = 800;
+/// Prompts go out in 500 ms messages (4,000 μ-law bytes), not 20 ms ones:
+/// under overload most connected calls are hearing the hold music or the
+/// overflow prompt, and 25 times fewer messages and wake-ups is what keeps
+/// the server — and the carrier's side — responsive for admitted calls.
+/// Twilio plays media messages of any length in order, and a `clear` (sent
+/// when a queued call is admitted) drops what it has buffered.
+pub const CHUNK_BYTES: usize = 4_000;
 /// Playing time of one prompt message.
-pub const CHUNK: std::time::Duration = std::time::Duration::from_millis(100);
+pub const CHUNK: std::time::Duration = std::time::Duration::from_millis(500);
 /// How far ahead of real time prompt audio is sent: two chunks, so a server
 /// woken late under load never leaves the caller with a gap.
-pub const LEAD: std::time::Duration = std::time::Duration::from_millis(200);
+pub const LEAD: std::time::Duration = std::time::Duration::from_millis(1_000);
 
 /// A pacer for bundled prompts.
 pub fn pacer() -> media::pacer::Pacer<String> {
