@@ -75,6 +75,10 @@ pub enum RejectReason {
     Draining,
     /// The server marked this dependency down from its health checks.
     DependencyDown(Dependency),
+    /// The partner that sent the call already has its `max_concurrent_calls`
+    /// admitted or queued. Refused at once, even while the gate has room for
+    /// other callers.
+    PartnerQuota,
     /// A [`crate::Ticket`] was polled again after it had completed, or lost its
     /// record: a bug in the code driving the gate, never a capacity decision.
     /// Not counted in the rejection totals.
@@ -91,25 +95,30 @@ impl RejectReason {
             Self::QueueTimeout => "queue_timeout",
             Self::Draining => "draining",
             Self::DependencyDown(_) => "dependency_down",
+            Self::PartnerQuota => "partner_quota",
             Self::Internal => "internal",
         }
     }
 
     /// True when a later attempt *on this instance* may succeed: capacity and
-    /// queue pressure pass, dependencies recover. A draining instance never admits
-    /// again (retry elsewhere), and an internal error is a bug.
+    /// queue pressure pass, dependencies recover, a partner's calls end. A
+    /// draining instance never admits again (retry elsewhere), and an internal
+    /// error is a bug.
     #[must_use]
     pub const fn is_retryable(self) -> bool {
         match self {
-            Self::AtCapacity | Self::QueueFull | Self::QueueTimeout | Self::DependencyDown(_) => {
-                true
-            }
+            Self::AtCapacity
+            | Self::QueueFull
+            | Self::QueueTimeout
+            | Self::DependencyDown(_)
+            | Self::PartnerQuota => true,
             Self::Draining | Self::Internal => false,
         }
     }
 
     /// Where the cause lies: a down dependency is the provider's; everything else
-    /// is this instance's own decision.
+    /// (a partner quota included: it is this instance's policy) is this
+    /// instance's own decision.
     #[must_use]
     pub const fn source_kind(self) -> ErrorSource {
         match self {
@@ -127,6 +136,7 @@ impl fmt::Display for RejectReason {
             Self::QueueTimeout => f.write_str("timed out in the admission queue"),
             Self::Draining => f.write_str("instance is draining"),
             Self::DependencyDown(dep) => write!(f, "dependency {dep} is down"),
+            Self::PartnerQuota => f.write_str("partner at its concurrent-call quota"),
             Self::Internal => f.write_str("internal admission error (ticket reused)"),
         }
     }

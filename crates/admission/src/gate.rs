@@ -1,10 +1,12 @@
 //! The gate handle: configuration, admission calls, drain, health marks, snapshots.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::capacity::{Capacity, CapacitySetting, Ceilings};
 use crate::error::{Dependency, Rejection};
+use crate::partner::PartnerId;
 use crate::permit::Permit;
 use crate::snapshot::GateSnapshot;
 use crate::state::{Enqueued, State, Wakeups};
@@ -23,6 +25,11 @@ pub struct GateConfig {
     /// How long a waiter may wait (capped at [`crate::MAX_QUEUE_TIMEOUT`]). After
     /// that it is rejected with `QueueTimeout`.
     pub queue_timeout: Duration,
+    /// Each partner's `max_concurrent_calls`: a partner whose admitted plus
+    /// queued calls already reach its quota is refused at once with
+    /// `PartnerQuota`, even while the gate has room for others. A partner with
+    /// no entry is unlimited (only the capacity applies). Empty for no quotas.
+    pub partner_quotas: BTreeMap<PartnerId, u32>,
 }
 
 /// State shared by the gate handles, permits and tickets.
@@ -63,8 +70,12 @@ impl Shared {
 /// The admission gate. Cheap to clone: all clones share one state.
 ///
 /// Methods are grouped as getters (`capacity`, `config`, `is_draining`,
-/// `snapshot`), admissions (`try_admit`, `enqueue`), timer input (`expire_due`)
-/// and commands (`set_config`, `start_drain`, `mark_dependency`).
+/// `snapshot`), admissions (`try_admit`, `enqueue`, and their per-partner
+/// `try_admit_for`, `enqueue_for`), timer input (`expire_due`) and commands
+/// (`set_config`, `start_drain`, `mark_dependency`).
+///
+/// Every admission checks, in this order: draining, a dependency down, the
+/// partner's quota, then capacity and the queue.
 #[derive(Debug, Clone)]
 pub struct Gate {
     shared: Arc<Shared>,
@@ -106,25 +117,57 @@ impl Gate {
     }
 
     /// Admits now if a slot is free *and nobody is queued* (no jumping the
-    /// queue).
+    /// queue). A call with no partner: `try_admit_for(None, now)`.
     ///
     /// # Errors
     /// `Draining`, `DependencyDown(dep)`, or `AtCapacity` (no free slot, or
     /// waiters ahead); `waited` is zero.
     pub fn try_admit(&self, now: Instant) -> Result<Permit, Rejection> {
-        let grant = self.shared.with(|s, wake| s.try_admit(now, wake))?;
+        self.try_admit_for(None, now)
+    }
+
+    /// [`Gate::try_admit`] for a call sent by `partner`, which counts against
+    /// its quota until the permit is released.
+    ///
+    /// # Errors
+    /// As `try_admit`, plus `PartnerQuota` (checked after the dependencies,
+    /// before capacity) when the partner's quota is already used up.
+    pub fn try_admit_for(
+        &self,
+        partner: Option<&PartnerId>,
+        now: Instant,
+    ) -> Result<Permit, Rejection> {
+        let grant = self
+            .shared
+            .with(|s, wake| s.try_admit(partner, now, wake))?;
         Ok(Permit::new(Arc::clone(&self.shared), grant))
     }
 
     /// Admits now if possible (the ticket is then already granted), else joins
     /// the FIFO queue. Await the ticket for the outcome; call
-    /// [`Ticket::expire`] when the timer for [`Ticket::deadline`] fires.
+    /// [`Ticket::expire`] when the timer for [`Ticket::deadline`] fires. A call
+    /// with no partner: `enqueue_for(None, now)`.
     ///
     /// # Errors
     /// Immediately, with zero `waited`: `Draining`, `DependencyDown(dep)`, or
     /// `QueueFull` when `queue_max` waiters are already queued.
     pub fn enqueue(&self, now: Instant) -> Result<Ticket, Rejection> {
-        let outcome = self.shared.with(|s, wake| s.enqueue(now, wake))?;
+        self.enqueue_for(None, now)
+    }
+
+    /// [`Gate::enqueue`] for a call sent by `partner`. A queued call counts
+    /// against the quota too; it stops counting when its ticket is dropped,
+    /// expired or rejected, or when the permit it turned into is released.
+    ///
+    /// # Errors
+    /// As `enqueue`, plus `PartnerQuota` (checked after the dependencies, before
+    /// the queue) when the partner's quota is already used up.
+    pub fn enqueue_for(
+        &self,
+        partner: Option<&PartnerId>,
+        now: Instant,
+    ) -> Result<Ticket, Rejection> {
+        let outcome = self.shared.with(|s, wake| s.enqueue(partner, now, wake))?;
         let shared = Arc::clone(&self.shared);
         Ok(match outcome {
             Enqueued::Admitted { grant, deadline } => {
@@ -146,7 +189,9 @@ impl Gate {
     /// Hot reload: recomputes capacity. Raising it grants queued waiters at once;
     /// lowering it below `active` ends nothing, it only stops admission until
     /// `active` falls below the new capacity. Queued waiters keep their place and
-    /// deadline.
+    /// deadline. A lowered partner quota likewise ends none of the partner's
+    /// calls (queued ones keep waiting); it refuses new ones until the partner
+    /// is below it.
     pub fn set_config(&self, cfg: GateConfig, now: Instant) {
         self.shared.with(|s, wake| s.set_config(cfg, now, wake));
     }
@@ -180,6 +225,7 @@ mod tests {
             ceilings: Ceilings::default(),
             queue_max: 4,
             queue_timeout: Duration::from_secs(2),
+            partner_quotas: BTreeMap::new(),
         }
     }
 

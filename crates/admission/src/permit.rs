@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::gate::Shared;
-use crate::state::Grant;
+use crate::partner::PartnerId;
+use crate::state::{Grant, Slot};
+use crate::tally::PermitTally;
 
 /// Identifies one admission request from enqueue to release, for logs
 /// ("queued as 17 … admitted 17 … released 17"). Unique per gate.
@@ -39,6 +41,8 @@ pub struct Permit {
     id: PermitId,
     admitted_at: Instant,
     waited: Duration,
+    /// Handed back to the gate on release: the partner's count and the tally.
+    slot: Slot,
 }
 
 impl Permit {
@@ -48,6 +52,7 @@ impl Permit {
             id: grant.id,
             admitted_at: grant.admitted_at,
             waited: grant.waited,
+            slot: grant.slot,
         }
     }
 
@@ -71,21 +76,39 @@ impl Permit {
         self.waited
     }
 
+    /// The partner the call was admitted for (`None` for a carrier call).
+    #[must_use]
+    pub const fn partner(&self) -> Option<&PartnerId> {
+        self.slot.partner.as_ref()
+    }
+
+    /// A handle to this permit's measured counter deltas, readable after the
+    /// permit is gone: `{1, 1}` once released, `{1, 0}` while held or leaked.
+    #[must_use]
+    pub fn tally(&self) -> PermitTally {
+        self.slot.tally.clone()
+    }
+
     /// Frees the slot now, telling the gate the time so the next waiter's grant is
     /// stamped exactly. Dropping the permit does the same with the gate's last
     /// known time.
     pub fn release(mut self, now: Instant) {
+        self.release_once(Some(now));
+    }
+
+    /// The exactly-once release path shared by [`Permit::release`] and `Drop`:
+    /// `take()` leaves `None` behind, so the second caller finds nothing to do.
+    fn release_once(&mut self, now: Option<Instant>) {
         if let Some(gate) = self.gate.take() {
-            gate.with(|s, wake| s.release_slot(Some(now), wake));
+            let slot = &self.slot;
+            gate.with(|s, wake| s.release_slot(slot, now, wake));
         }
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        if let Some(gate) = self.gate.take() {
-            gate.with(|s, wake| s.release_slot(None, wake));
-        }
+        self.release_once(None);
     }
 }
 
@@ -95,6 +118,8 @@ impl fmt::Debug for Permit {
             .field("id", &self.id)
             .field("admitted_at", &self.admitted_at)
             .field("waited", &self.waited)
+            .field("partner", &self.slot.partner)
+            .field("tally", &self.slot.tally)
             .field("released", &self.gate.is_none())
             .finish()
     }

@@ -2,6 +2,7 @@
 
 use crate::capacity::Decider;
 use crate::error::{Dependency, RejectReason};
+use crate::partner::PartnerLoad;
 
 /// Rejections counted per reason since the gate was created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -17,6 +18,9 @@ pub struct RejectCounts {
     /// [`RejectReason::DependencyDown`], all dependencies together (the label
     /// stays low-cardinality).
     pub dependency_down: u64,
+    /// [`RejectReason::PartnerQuota`], all partners together (per-partner load
+    /// is in [`GateSnapshot::partners`]).
+    pub partner_quota: u64,
 }
 
 impl RejectCounts {
@@ -29,6 +33,7 @@ impl RejectCounts {
             RejectReason::QueueTimeout => &mut self.queue_timeout,
             RejectReason::Draining => &mut self.draining,
             RejectReason::DependencyDown(_) => &mut self.dependency_down,
+            RejectReason::PartnerQuota => &mut self.partner_quota,
             RejectReason::Internal => return,
         };
         *slot = slot.saturating_add(1);
@@ -43,6 +48,7 @@ impl RejectCounts {
             RejectReason::QueueTimeout => self.queue_timeout,
             RejectReason::Draining => self.draining,
             RejectReason::DependencyDown(_) => self.dependency_down,
+            RejectReason::PartnerQuota => self.partner_quota,
             RejectReason::Internal => 0,
         }
     }
@@ -50,13 +56,14 @@ impl RejectCounts {
     /// `(label, count)` pairs, labels as in [`RejectReason::as_str`], for a
     /// `*_rejected_total{reason=..}` counter family.
     #[must_use]
-    pub fn by_label(&self) -> [(&'static str, u64); 5] {
+    pub fn by_label(&self) -> [(&'static str, u64); 6] {
         [
             ("at_capacity", self.at_capacity),
             ("queue_full", self.queue_full),
             ("queue_timeout", self.queue_timeout),
             ("draining", self.draining),
             ("dependency_down", self.dependency_down),
+            ("partner_quota", self.partner_quota),
         ]
     }
 
@@ -95,4 +102,8 @@ pub struct GateSnapshot {
     pub cancelled_total: u64,
     /// Rejections per reason.
     pub rejected_total: RejectCounts,
+    /// Every partner with a quota entry or with calls in the gate, in id order:
+    /// its active and queued calls and its quota, for a per-partner gauge. A
+    /// partner with no quota drops out once it has no calls left (export 0).
+    pub partners: Vec<PartnerLoad>,
 }

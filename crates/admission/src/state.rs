@@ -1,5 +1,5 @@
-//! The decision core: slots, the FIFO queue and the counters, with no locking and
-//! no waking of its own.
+//! The decision core: slots, the FIFO queue, per-partner counts and the
+//! counters, with no locking and no waking of its own.
 //!
 //! Every method that resolves a waiter pushes the waiter's `Waker` into a
 //! caller-supplied list; the caller wakes them after releasing the lock (see
@@ -12,18 +12,29 @@ use std::time::{Duration, Instant};
 use crate::capacity::Capacity;
 use crate::error::{Dependency, RejectReason, Rejection};
 use crate::gate::GateConfig;
+use crate::partner::{PartnerBook, PartnerId};
 use crate::permit::PermitId;
 use crate::snapshot::{GateSnapshot, RejectCounts};
+use crate::tally::PermitTally;
 
 /// Wakers collected under the lock, woken after it is released.
 pub(crate) type Wakeups = Vec<Waker>;
 
+/// What the gate needs back to free one slot: the partner whose count goes down
+/// and the tally that records the decrement.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(crate) partner: Option<PartnerId>,
+    pub(crate) tally: PermitTally,
+}
+
 /// A slot handed out: what a [`crate::Permit`] is built from.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(crate) struct Grant {
     pub(crate) id: PermitId,
     pub(crate) admitted_at: Instant,
     pub(crate) waited: Duration,
+    pub(crate) slot: Slot,
 }
 
 /// How a queued waiter ended, kept until its ticket collects it.
@@ -64,6 +75,7 @@ pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
 #[derive(Debug)]
 struct Waiter {
     id: PermitId,
+    partner: Option<PartnerId>,
     enqueued_at: Instant,
     deadline: Instant,
     waker: Option<Waker>,
@@ -73,7 +85,7 @@ struct Waiter {
 pub(crate) struct State {
     config: GateConfig,
     capacity: Capacity,
-    /// Slots held. Only `grant` raises it and only `release_slot` lowers it.
+    /// Slots held. Only `grant` raises it and only `free_slot` lowers it.
     active: u32,
     max_active: u32,
     draining: bool,
@@ -90,6 +102,10 @@ pub(crate) struct State {
     /// each entry is removed when its ticket is polled to completion, expired or
     /// dropped.
     resolved: HashMap<PermitId, Resolution>,
+    /// Calls per partner in the gate: queued waiters, unclaimed grants and live
+    /// permits. `join` on enqueue or immediate admission; `leave` exactly once,
+    /// in `free_slot` or `waiter_left`.
+    partners: PartnerBook,
     admitted_total: u64,
     released_total: u64,
     cancelled_total: u64,
@@ -109,6 +125,7 @@ impl State {
             next_id: 1,
             queue: VecDeque::new(),
             resolved: HashMap::new(),
+            partners: PartnerBook::default(),
             admitted_total: 0,
             released_total: 0,
             cancelled_total: 0,
@@ -151,20 +168,39 @@ impl State {
             .map(RejectReason::DependencyDown)
     }
 
+    /// The partner already has its quota (or more, after a lowering reload) in
+    /// the gate. Checked after the standing refusals, before capacity.
+    fn partner_refusal(&self, partner: Option<&PartnerId>) -> Option<RejectReason> {
+        let partner = partner?;
+        self.partners
+            .at_quota(partner, &self.config.partner_quotas)
+            .then_some(RejectReason::PartnerQuota)
+    }
+
     fn has_free_slot(&self) -> bool {
         self.active < self.capacity.calls
     }
 
-    /// Takes a slot. Callers check `has_free_slot` first, so `active <= capacity`
-    /// holds right after every admission.
-    fn grant(&mut self, id: PermitId, requested_at: Instant, now: Instant) -> Grant {
+    /// Takes a slot and records the increment on the new permit's tally.
+    /// Callers check `has_free_slot` first, so `active <= capacity` holds right
+    /// after every admission. The partner was counted on entry, not here.
+    fn grant(
+        &mut self,
+        id: PermitId,
+        partner: Option<PartnerId>,
+        requested_at: Instant,
+        now: Instant,
+    ) -> Grant {
         self.active = self.active.saturating_add(1);
         self.max_active = self.max_active.max(self.active);
         self.admitted_total = self.admitted_total.saturating_add(1);
+        let tally = PermitTally::default();
+        tally.record_increment();
         Grant {
             id,
             admitted_at: now,
             waited: now.saturating_duration_since(requested_at),
+            slot: Slot { partner, tally },
         }
     }
 
@@ -180,31 +216,36 @@ impl State {
     }
 
     /// The shared front half of `try_admit` and `enqueue`: time out overdue
-    /// waiters, apply standing refusals, and admit at once if a slot is free and
-    /// nobody is waiting (FIFO fairness). `Ok(None)`: the caller must wait.
+    /// waiters, then check in order draining, dependency down, partner quota,
+    /// and admit at once if a slot is free and nobody is waiting (FIFO
+    /// fairness). `Ok(None)`: the caller must wait (or `try_admit` refuses).
     fn admit_at_once(
         &mut self,
+        partner: Option<&PartnerId>,
         now: Instant,
         wake: &mut Wakeups,
     ) -> Result<Option<Grant>, Rejection> {
         self.expire_due(now, wake);
-        if let Some(reason) = self.refusal() {
+        let refused = self.refusal().or_else(|| self.partner_refusal(partner));
+        if let Some(reason) = refused {
             return Err(self.reject(reason, Duration::ZERO));
         }
         if self.has_free_slot() && self.queue.is_empty() {
             let id = self.allocate_id();
-            return Ok(Some(self.grant(id, now, now)));
+            self.partners.join(partner);
+            return Ok(Some(self.grant(id, partner.cloned(), now, now)));
         }
         Ok(None)
     }
 
     pub(crate) fn try_admit(
         &mut self,
+        partner: Option<&PartnerId>,
         now: Instant,
         wake: &mut Wakeups,
     ) -> Result<Grant, Rejection> {
         let now = self.observe(now);
-        match self.admit_at_once(now, wake)? {
+        match self.admit_at_once(partner, now, wake)? {
             Some(grant) => Ok(grant),
             None => Err(self.reject(RejectReason::AtCapacity, Duration::ZERO)),
         }
@@ -212,20 +253,23 @@ impl State {
 
     pub(crate) fn enqueue(
         &mut self,
+        partner: Option<&PartnerId>,
         now: Instant,
         wake: &mut Wakeups,
     ) -> Result<Enqueued, Rejection> {
         let now = self.observe(now);
         let deadline = deadline_after(now, self.config.queue_timeout);
-        if let Some(grant) = self.admit_at_once(now, wake)? {
+        if let Some(grant) = self.admit_at_once(partner, now, wake)? {
             return Ok(Enqueued::Admitted { grant, deadline });
         }
         if self.queue.len() >= self.config.queue_max {
             return Err(self.reject(RejectReason::QueueFull, Duration::ZERO));
         }
         let id = self.allocate_id();
+        self.partners.join(partner);
         self.queue.push_back(Waiter {
             id,
+            partner: partner.cloned(),
             enqueued_at: now,
             deadline,
             waker: None,
@@ -259,6 +303,7 @@ impl State {
         }
         let pos = self.queue.iter().position(|w| w.id == id)?;
         let waiter = self.queue.remove(pos)?;
+        self.waiter_left(&waiter);
         let waited = now.saturating_duration_since(waiter.enqueued_at);
         Some(Resolution::Rejected(
             self.reject(RejectReason::QueueTimeout, waited),
@@ -269,19 +314,28 @@ impl State {
     /// goes back, and the slot passes to the next waiter.
     pub(crate) fn cancel_ticket(&mut self, id: PermitId, wake: &mut Wakeups) {
         if let Some(pos) = self.queue.iter().position(|w| w.id == id) {
-            self.queue.remove(pos);
+            if let Some(waiter) = self.queue.remove(pos) {
+                self.waiter_left(&waiter);
+            }
             self.cancelled_total = self.cancelled_total.saturating_add(1);
             return;
         }
-        if let Some(Resolution::Granted(_)) = self.resolved.remove(&id) {
-            self.release_slot(None, wake);
+        if let Some(Resolution::Granted(grant)) = self.resolved.remove(&id) {
+            self.release_slot(&grant.slot, None, wake);
         }
+    }
+
+    /// A waiter left the queue without a grant (cancelled, timed out, rejected):
+    /// its partner's count goes down. Every path that removes a waiter other
+    /// than `pump` calls this exactly once.
+    fn waiter_left(&mut self, waiter: &Waiter) {
+        self.partners.leave(waiter.partner.as_ref());
     }
 
     /// Frees one slot (a permit dropped, or an unclaimed grant cancelled) and
     /// hands free slots to waiters in FIFO order.
-    pub(crate) fn release_slot(&mut self, now: Option<Instant>, wake: &mut Wakeups) {
-        self.free_slot();
+    pub(crate) fn release_slot(&mut self, slot: &Slot, now: Option<Instant>, wake: &mut Wakeups) {
+        self.free_slot(slot);
         let now = match now {
             Some(now) => self.observe(now),
             None => self.clock,
@@ -289,10 +343,14 @@ impl State {
         self.pump(now, wake);
     }
 
-    fn free_slot(&mut self) {
+    /// The one place `active` goes down: the slot's partner count and tally
+    /// move with it, in the same locked step.
+    fn free_slot(&mut self, slot: &Slot) {
         // Saturating: even a bookkeeping bug must never wrap `active` around.
         self.active = self.active.saturating_sub(1);
         self.released_total = self.released_total.saturating_add(1);
+        self.partners.leave(slot.partner.as_ref());
+        slot.tally.record_decrement();
     }
 
     /// Grants queued waiters, oldest first, while slots are free and nothing
@@ -307,7 +365,8 @@ impl State {
             let Some(waiter) = self.queue.pop_front() else {
                 break;
             };
-            let grant = self.grant(waiter.id, waiter.enqueued_at, now);
+            // The waiter's partner count carries over to the grant unchanged.
+            let grant = self.grant(waiter.id, waiter.partner, waiter.enqueued_at, now);
             self.resolved.insert(waiter.id, Resolution::Granted(grant));
             wake.extend(waiter.waker);
         }
@@ -338,6 +397,7 @@ impl State {
         now: Instant,
         wake: &mut Wakeups,
     ) {
+        self.waiter_left(&waiter);
         let waited = now.saturating_duration_since(waiter.enqueued_at);
         let rejection = self.reject(reason, waited);
         self.resolved
@@ -355,8 +415,9 @@ impl State {
     pub(crate) fn set_config(&mut self, config: GateConfig, now: Instant, wake: &mut Wakeups) {
         let now = self.observe(now);
         self.capacity = Capacity::derive(config.capacity, &config.ceilings);
-        // Queued waiters keep their place and deadline even if `queue_max` or
-        // `queue_timeout` shrank: reload ends nothing, it only shapes what comes next.
+        // Queued waiters keep their place and deadline even if `queue_max`,
+        // `queue_timeout` or a partner quota shrank: reload ends nothing, it only
+        // shapes what comes next.
         self.config = config;
         self.pump(now, wake);
     }
@@ -379,7 +440,7 @@ impl State {
             .collect();
         for id in unclaimed {
             if let Some(Resolution::Granted(grant)) = self.resolved.remove(&id) {
-                self.free_slot();
+                self.free_slot(&grant.slot);
                 let waited = grant.waited + now.saturating_duration_since(grant.admitted_at);
                 let rejection = self.reject(RejectReason::Draining, waited);
                 self.resolved.insert(id, Resolution::Rejected(rejection));
@@ -421,6 +482,10 @@ impl State {
             released_total: self.released_total,
             cancelled_total: self.cancelled_total,
             rejected_total: self.rejected,
+            partners: self.partners.loads(
+                &self.config.partner_quotas,
+                self.queue.iter().filter_map(|w| w.partner.as_ref()),
+            ),
         }
     }
 

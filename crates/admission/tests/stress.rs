@@ -6,8 +6,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use admission::{Gate, Permit, RejectReason, Rejection, Ticket};
-use common::pinned;
+use admission::{CounterDelta, Gate, PartnerId, Permit, RejectReason, Rejection, Ticket};
+use common::{pid, pinned, with_quotas};
 use tokio::sync::Barrier;
 
 const CAPACITY: u32 = 4;
@@ -29,6 +29,7 @@ impl Rng {
 }
 
 async fn hold(permit: Permit, rng: &mut Rng) {
+    let tally = permit.tally();
     for _ in 0..rng.next(3) {
         tokio::task::yield_now().await;
     }
@@ -37,6 +38,11 @@ async fn hold(permit: Permit, rng: &mut Rng) {
     } else {
         drop(permit);
     }
+    let balanced = CounterDelta {
+        increment: 1,
+        decrement: 1,
+    };
+    assert_eq!(tally.delta(), balanced);
 }
 
 /// Polls the ticket once, then cancels it or expires it (racing other tasks' grants).
@@ -70,35 +76,48 @@ async fn wait_until_deadline(mut ticket: Ticket) -> Result<Permit, Rejection> {
     }
 }
 
-async fn one_round(gate: &Gate, rng: &mut Rng) {
+async fn one_round(gate: &Gate, partner: Option<&PartnerId>, rng: &mut Rng) {
     let outcome = match rng.next(4) {
-        0 => Some(gate.try_admit(Instant::now())),
+        0 => Some(gate.try_admit_for(partner, Instant::now())),
         1 => {
-            drop(gate.enqueue(Instant::now()));
+            drop(gate.enqueue_for(partner, Instant::now()));
             None
         }
-        2 => match gate.enqueue(Instant::now()) {
+        2 => match gate.enqueue_for(partner, Instant::now()) {
             Ok(ticket) => poll_then_give_up(ticket, rng).await,
             Err(rejection) => Some(Err(rejection)),
         },
-        _ => Some(match gate.enqueue(Instant::now()) {
+        _ => Some(match gate.enqueue_for(partner, Instant::now()) {
             Ok(ticket) => wait_until_deadline(ticket).await,
             Err(rejection) => Err(rejection),
         }),
     };
     if let Some(Ok(permit)) = outcome {
+        assert_eq!(permit.partner(), partner);
+        assert_within_quotas(gate);
         hold(permit, rng).await;
     }
 }
 
-fn spawn_callers(gate: &Gate) -> Vec<tokio::task::JoinHandle<()>> {
+/// No partner ever has more calls in the gate than its quota (no reload here).
+fn assert_within_quotas(gate: &Gate) {
+    for load in gate.snapshot().partners {
+        if let Some(quota) = load.quota {
+            assert!(load.in_gate() <= quota, "{load:?}");
+        }
+    }
+}
+
+/// Task `i` calls for partner `partners[i % len]`.
+fn spawn_callers(gate: &Gate, partners: &[Option<PartnerId>]) -> Vec<tokio::task::JoinHandle<()>> {
     (0..TASKS)
         .map(|i| {
             let gate = gate.clone();
+            let partner = partners[i as usize % partners.len()].clone();
             tokio::spawn(async move {
                 let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (i + 1).wrapping_mul(0x2545_F491));
                 for _ in 0..ROUNDS {
-                    one_round(&gate, &mut rng).await;
+                    one_round(&gate, partner.as_ref(), &mut rng).await;
                 }
             })
         })
@@ -114,7 +133,7 @@ fn stress_gate() -> Gate {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn random_acquire_release_and_cancel_keeps_the_books_balanced() {
     let gate = stress_gate();
-    for task in spawn_callers(&gate) {
+    for task in spawn_callers(&gate, &[None]) {
         task.await.unwrap();
     }
 
@@ -155,7 +174,7 @@ async fn nothing_is_admitted_after_a_drain_that_lands_mid_stream() {
                     if round == ROUNDS / 2 {
                         halfway.wait().await;
                     }
-                    one_round(&gate, &mut rng).await;
+                    one_round(&gate, None, &mut rng).await;
                 }
                 drained.wait().await;
                 let refused = gate.enqueue(Instant::now()).unwrap_err();
@@ -176,4 +195,30 @@ async fn nothing_is_admitted_after_a_drain_that_lands_mid_stream() {
     assert_eq!((end.active, end.queued), (0, 0), "{end:?}");
     assert_eq!(end.admitted_total, end.released_total, "{end:?}");
     assert!(end.rejected_total.draining >= TASKS, "{end:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn partner_quotas_hold_under_random_acquire_release_and_cancel() {
+    let mut cfg = with_quotas(CAPACITY, 16, &[("a", 1), ("b", 2)]);
+    cfg.queue_timeout = Duration::from_millis(200);
+    let gate = Gate::new(cfg, Instant::now());
+    let partners = [Some(pid("a")), Some(pid("b")), Some(pid("c")), None];
+    for task in spawn_callers(&gate, &partners) {
+        task.await.unwrap();
+    }
+
+    let snap = gate.snapshot();
+    assert_eq!((snap.active, snap.queued), (0, 0), "{snap:?}");
+    assert_eq!(snap.admitted_total, snap.released_total, "{snap:?}");
+    assert!(snap.max_active <= CAPACITY, "{snap:?}");
+    assert!(snap.rejected_total.partner_quota > 0, "{snap:?}");
+    // Only the partners with a quota keep a row, and every count is back at 0.
+    let rows: Vec<_> = snap
+        .partners
+        .iter()
+        .map(|l| (l.partner.as_str(), l.in_gate(), l.quota))
+        .collect();
+    assert_eq!(rows, vec![("a", 0, Some(1)), ("b", 0, Some(2))]);
+    let a = pid("a");
+    let _full_quota = gate.try_admit_for(Some(&a), Instant::now()).unwrap();
 }

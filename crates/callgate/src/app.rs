@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, MaxCalls, ms};
+use crate::leg::LegFormat;
 
 /// Shared state. One per server; calls hold an `Arc<App>`.
 pub struct App {
@@ -44,8 +45,6 @@ pub struct Counters {
     pub setting_up: AtomicU64,
     /// Admitted calls whose bot is speaking right now.
     pub speaking: AtomicU64,
-    /// Admitted calls with tool work running.
-    pub delegating: AtomicU64,
 }
 
 impl Counters {
@@ -68,6 +67,32 @@ impl<'a> Gauge<'a> {
 impl Drop for Gauge<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// A [`Gauge`] that owns its share of the app, for guards that live in a
+/// struct next to the `Arc<App>` (the call's `speaking` gauge).
+#[must_use]
+pub struct OwnedGauge {
+    app: Arc<App>,
+    pick: fn(&Counters) -> &AtomicU64,
+}
+
+impl OwnedGauge {
+    /// Counts one more call whose bot is speaking, until dropped.
+    pub fn speaking(app: Arc<App>) -> Self {
+        Self::hold(app, |c| &c.speaking)
+    }
+
+    fn hold(app: Arc<App>, pick: fn(&Counters) -> &AtomicU64) -> Self {
+        pick(&app.counters).fetch_add(1, Ordering::Relaxed);
+        OwnedGauge { app, pick }
+    }
+}
+
+impl Drop for OwnedGauge {
+    fn drop(&mut self) {
+        (self.pick)(&self.app.counters).fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -126,16 +151,17 @@ impl App {
         self.cfg().server.instance.clone()
     }
 
-    /// STT session settings for one call (μ-law 8 kHz straight from the carrier).
-    pub fn stt_config(&self) -> stt_client::SttConfig {
+    /// STT session settings for one call, in the leg's own format.
+    pub fn stt_config(&self, format: LegFormat) -> stt_client::SttConfig {
         let c = &self.cfg().stt;
+        let (encoding, sample_rate) = format.stt();
         stt_client::SttConfig {
             url: c.url.clone(),
             api_key: c.api_key.clone(),
             model: c.model.clone(),
             language: c.language.clone(),
-            encoding: stt_client::SttEncoding::Mulaw,
-            sample_rate: 8_000,
+            encoding,
+            sample_rate,
             interim_results: true,
             endpointing_ms: Some(c.endpointing_ms),
             utterance_end_ms: Some(c.utterance_end_ms),
@@ -146,15 +172,15 @@ impl App {
         }
     }
 
-    /// TTS socket settings for one call (μ-law 8 kHz, ready for the carrier).
-    pub fn tts_config(&self) -> tts_client::TtsConfig {
+    /// TTS socket settings for one call, in the format the leg plays as is.
+    pub fn tts_config(&self, format: LegFormat) -> tts_client::TtsConfig {
         let c = &self.cfg().tts;
         tts_client::TtsConfig {
             base_url: c.base_url.clone(),
             voice_id: c.voice_id.clone(),
             model_id: c.model_id.clone(),
             api_key: c.api_key.clone(),
-            output_format: tts_client::OutputFormat::Ulaw8000,
+            output_format: format.tts(),
             connect_timeout: ms(c.connect_timeout_ms),
             keepalive_interval: Duration::from_secs(10),
             close_timeout: ms(c.close_timeout_ms),
@@ -178,6 +204,11 @@ pub fn gate_config(cfg: &Config) -> GateConfig {
             tts_sessions: Some(cfg.tts.max_sessions),
             dialog_streams: Some(cfg.dialog.max_streams),
         },
+        partner_quotas: cfg
+            .partners
+            .iter()
+            .filter_map(|(id, p)| Some((admission::PartnerId::new(id), p.max_concurrent_calls?)))
+            .collect(),
         queue_max: cfg.admission.queue_max,
         queue_timeout: ms(cfg.admission.queue_timeout_ms),
     }

@@ -20,6 +20,10 @@ use serde::{Deserialize, Serialize};
 pub struct Config {
     pub server: ServerConfig,
     pub twilio: TwilioConfig,
+    /// The partner WebSocket ingress (`/v1/partner/stream`).
+    pub partner: PartnerIngressConfig,
+    /// Partners allowed on the partner ingress, by id.
+    pub partners: std::collections::BTreeMap<String, PartnerConfig>,
     pub admission: AdmissionConfig,
     pub database: DatabaseConfig,
     pub stt: SttSection,
@@ -89,6 +93,51 @@ impl Default for TwilioConfig {
             max_media_payload_bytes: 1_600,
             start_timeout_ms: 5_000,
         }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PartnerIngressConfig {
+    /// How long after the upgrade the `start` message must arrive.
+    pub start_timeout_ms: u64,
+    /// Largest text message accepted from a partner, in bytes.
+    pub max_message_bytes: usize,
+    /// The `target` of a `transfer` message when the partner has none of its own.
+    pub transfer_target: String,
+}
+
+impl Default for PartnerIngressConfig {
+    fn default() -> Self {
+        PartnerIngressConfig {
+            start_timeout_ms: 5_000,
+            max_message_bytes: 16 * 1024,
+            transfer_target: "human".to_string(),
+        }
+    }
+}
+
+/// One partner: its key (as a SHA-256 hex digest only) and its quota.
+#[derive(Clone, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PartnerConfig {
+    /// Lower-case hex SHA-256 of the partner's API key (`sha256sum` of the key
+    /// without a newline). The key itself is never stored.
+    pub key_sha256: String,
+    /// Concurrent calls this partner may hold (admitted plus queued); beyond
+    /// it calls are refused with `partner_quota`. Unset: only the gate's capacity.
+    pub max_concurrent_calls: Option<u32>,
+    /// Overrides `partner.transfer_target` for this partner.
+    pub transfer_target: Option<String>,
+}
+
+impl std::fmt::Debug for PartnerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartnerConfig")
+            .field("key_sha256", &"<redacted>")
+            .field("max_concurrent_calls", &self.max_concurrent_calls)
+            .field("transfer_target", &self.transfer_target)
+            .finish()
     }
 }
 
@@ -314,6 +363,9 @@ pub struct CallConfig {
     pub media_stall_ms: u64,
     /// Watchdog: after an apology, how long before the caller is transferred.
     pub stall_retry_ms: u64,
+    /// What stops the bot when the caller talks over it: `"transcript"` (the
+    /// STT's first words) or `"voice"` (the call's own VAD, within a frame).
+    pub barge_in: crate::call::core::BargeIn,
 }
 
 impl Default for CallConfig {
@@ -327,6 +379,7 @@ impl Default for CallConfig {
             stt_stall_ms: 2_000,
             media_stall_ms: 5_000,
             stall_retry_ms: 4_000,
+            barge_in: crate::call::core::BargeIn::Transcript,
         }
     }
 }
@@ -422,6 +475,34 @@ impl Config {
         if self.twilio.max_media_payload_bytes < 160 {
             return bad("twilio.max_media_payload_bytes must hold at least one 20 ms frame (160)");
         }
+        self.validate_partners()
+    }
+
+    fn validate_partners(&self) -> Result<(), ConfigError> {
+        for (id, p) in &self.partners {
+            let id_ok = !id.is_empty()
+                && id.len() <= 64
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !id_ok {
+                return Err(ConfigError::Invalid(format!(
+                    "partners.{id}: ids are 1-64 characters of [A-Za-z0-9_-]"
+                )));
+            }
+            let hex_ok =
+                p.key_sha256.len() == 64 && p.key_sha256.bytes().all(|b| b.is_ascii_hexdigit());
+            if !hex_ok {
+                return Err(ConfigError::Invalid(format!(
+                    "partners.{id}.key_sha256 must be 64 hex digits (the SHA-256 of the key)"
+                )));
+            }
+        }
+        if self.partner.max_message_bytes < 1_024 {
+            return Err(ConfigError::Invalid(
+                "partner.max_message_bytes must be at least 1024".to_string(),
+            ));
+        }
         Ok(())
     }
 }
@@ -462,6 +543,25 @@ mod tests {
             .merge(Toml::string("[admission]\nmax_calls = 3\n"))
             .extract();
         assert!(r.is_err());
+    }
+
+    #[test]
+    fn partners_parse_and_bad_key_digests_are_explained() {
+        let toml = format!(
+            "[partners.acme]\nkey_sha256 = \"{}\"\nmax_concurrent_calls = 2\n",
+            "ab".repeat(32)
+        );
+        let cfg: Config = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::string(&toml))
+            .extract()
+            .unwrap();
+        assert_eq!(cfg.partners["acme"].max_concurrent_calls, Some(2));
+        cfg.validate().unwrap();
+        let mut bad = cfg.clone();
+        bad.partners.get_mut("acme").unwrap().key_sha256 = "secret".into();
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains("partners.acme.key_sha256"), "{e}");
+        assert!(!format!("{:?}", cfg.partners["acme"]).contains("abab"));
     }
 
     #[test]

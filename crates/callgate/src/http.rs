@@ -1,11 +1,20 @@
 //! The HTTP surface: the media-stream endpoint, health, metrics, admin.
+//!
+//! `/admin/*` is closed by default: a request from a loopback peer is
+//! served; any other needs `Authorization: Bearer <server.admin_token>`, and
+//! without a configured token it is refused outright (see
+//! [`admin_allowed`]). The peer address comes from the listener
+//! (`ConnectInfo`, set up in `server`), so a router served without it
+//! refuses every admin request.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use tracing::{info, warn};
@@ -16,14 +25,21 @@ use crate::{drain, ingress};
 
 /// All routes.
 pub fn router(app: Arc<App>) -> Router {
-    Router::new()
-        .route("/v1/media-stream", get(ingress::media_stream))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics_text))
+    let admin = Router::new()
         .route("/admin/status", get(status))
         .route("/admin/reload", post(reload))
         .route("/admin/drain", post(start_drain))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&app),
+            admin_guard,
+        ));
+    Router::new()
+        .route("/v1/media-stream", get(ingress::twilio::media_stream))
+        .route("/v1/partner/stream", get(ingress::partner::partner_stream))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .merge(admin)
         .with_state(app)
 }
 
@@ -75,33 +91,63 @@ fn refresh_gauges(app: &App) {
     metrics::gauge!("callgate_db_pool_waiting").set(pool.waiting as f64);
 }
 
-fn authorized(app: &App, headers: &HeaderMap) -> bool {
-    let cfg = app.cfg();
-    let Some(token) = cfg.server.admin_token.as_deref().filter(|t| !t.is_empty()) else {
+/// Whether an `/admin/*` request may proceed. A loopback peer (127.0.0.0/8,
+/// `::1`, or either as an IPv4-mapped IPv6 address) always may; any other
+/// only with `Authorization: Bearer <token>` matching a configured,
+/// non-empty `token_cfg`. No configured token: loopback only.
+pub fn admin_allowed(peer: IpAddr, token_cfg: Option<&str>, auth_header: Option<&str>) -> bool {
+    if peer.to_canonical().is_loopback() {
         return true;
+    }
+    let Some(token) = token_cfg.filter(|t| !t.is_empty()) else {
+        return false;
     };
-    let given = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    given
-        .strip_prefix("Bearer ")
-        .is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes()))
+    auth_header
+        .and_then(|h| {
+            h.strip_prefix("Bearer ")
+                .or_else(|| h.strip_prefix("bearer "))
+        })
+        .is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes()))
 }
 
+/// Compares without an early exit on the first differing byte (only the
+/// length, which is not secret enough to matter, can end it sooner).
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn forbidden() -> Response {
-    (StatusCode::UNAUTHORIZED, "admin token required\n").into_response()
+/// The layer in front of every `/admin/*` route.
+async fn admin_guard(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip());
+    let cfg = app.cfg();
+    let token = cfg.server.admin_token.as_deref().filter(|t| !t.is_empty());
+    let auth = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    if peer.is_some_and(|ip| admin_allowed(ip, token, auth)) {
+        drop(cfg);
+        return next.run(request).await;
+    }
+    let reason = if token.is_some() {
+        "admin token required: Authorization: Bearer <server.admin_token>\n"
+    } else {
+        "admin endpoints accept loopback only until server.admin_token is set\n"
+    };
+    info!(peer = ?peer, path = %request.uri().path(), "admin request refused");
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        reason,
+    )
+        .into_response()
 }
 
 /// What the instance is doing now.
-async fn status(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if !authorized(&app, &headers) {
-        return forbidden();
-    }
+async fn status(State(app): State<Arc<App>>) -> Response {
     let snap = app.gate.snapshot();
     let pool = app.store.pool_status();
     Json(serde_json::json!({
@@ -127,10 +173,7 @@ async fn status(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
 }
 
 /// Re-reads the configuration file and applies the new caps.
-async fn reload(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if !authorized(&app, &headers) {
-        return forbidden();
-    }
+async fn reload(State(app): State<Arc<App>>) -> Response {
     match reload_config(&app) {
         Ok(body) => Json(body).into_response(),
         Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
@@ -149,10 +192,7 @@ pub fn reload_config(app: &App) -> anyhow::Result<serde_json::Value> {
 }
 
 /// Starts a drain: admission refuses at once, calls run on to the deadline.
-async fn start_drain(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if !authorized(&app, &headers) {
-        return forbidden();
-    }
+async fn start_drain(State(app): State<Arc<App>>) -> Response {
     if app.gate.is_draining() {
         return (StatusCode::ACCEPTED, "already draining\n").into_response();
     }
@@ -160,4 +200,78 @@ async fn start_drain(State(app): State<Arc<App>>, headers: HeaderMap) -> Respons
     let deadline = std::time::Duration::from_secs(app.cfg().server.drain_timeout_s);
     tokio::spawn(drain::run(Arc::clone(&app), Instant::now() + deadline));
     (StatusCode::ACCEPTED, "draining\n").into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    use super::*;
+
+    const V4_LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    const V4_REMOTE: IpAddr = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7));
+
+    #[test]
+    fn loopback_is_allowed_without_a_token() {
+        for peer in [
+            V4_LOOPBACK,
+            IpAddr::V4(Ipv4Addr::new(127, 8, 9, 10)),
+            IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ] {
+            assert!(admin_allowed(peer, None, None), "{peer}");
+            assert!(admin_allowed(peer, Some("s3cret"), None), "{peer}");
+        }
+    }
+
+    #[test]
+    fn ipv4_mapped_loopback_is_loopback_and_mapped_remote_is_not() {
+        let mapped = IpAddr::V6(Ipv4Addr::LOCALHOST.to_ipv6_mapped());
+        assert_eq!(mapped.to_string(), "::ffff:127.0.0.1");
+        assert!(admin_allowed(mapped, None, None));
+        let remote = IpAddr::V6(Ipv4Addr::new(203, 0, 113, 7).to_ipv6_mapped());
+        assert!(!admin_allowed(remote, None, None));
+        assert!(admin_allowed(remote, Some("s3cret"), Some("Bearer s3cret")));
+    }
+
+    #[test]
+    fn a_remote_peer_without_a_configured_token_is_refused() {
+        assert!(!admin_allowed(V4_REMOTE, None, None));
+        assert!(!admin_allowed(V4_REMOTE, None, Some("Bearer anything")));
+        // An empty token is no token: it must not match an empty bearer.
+        assert!(!admin_allowed(V4_REMOTE, Some(""), Some("Bearer ")));
+        let v6 = IpAddr::V6("2001:db8::1".parse().unwrap());
+        assert!(!admin_allowed(v6, None, None));
+    }
+
+    #[test]
+    fn a_remote_peer_with_the_right_token_is_allowed() {
+        let token = Some("s3cret-token");
+        assert!(admin_allowed(V4_REMOTE, token, Some("Bearer s3cret-token")));
+        assert!(admin_allowed(V4_REMOTE, token, Some("bearer s3cret-token")));
+    }
+
+    #[test]
+    fn a_wrong_or_missing_token_is_refused() {
+        let token = Some("s3cret-token");
+        for given in [
+            None,
+            Some(""),
+            Some("s3cret-token"),
+            Some("Bearer "),
+            Some("Bearer s3cret-tokem"),
+            Some("Bearer s3cret-token "),
+            Some("Bearer s3cret"),
+            Some("Basic s3cret-token"),
+        ] {
+            assert!(!admin_allowed(V4_REMOTE, token, given), "{given:?}");
+        }
+    }
+
+    #[test]
+    fn constant_time_eq_compares_whole_values() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+        assert!(constant_time_eq(b"", b""));
+    }
 }

@@ -27,13 +27,14 @@
 pub mod app;
 pub mod bench;
 pub mod call;
-pub mod carrier;
 pub mod config;
 pub mod demo;
 pub mod drain;
+pub mod end;
 pub mod hold;
 pub mod http;
 pub mod ingress;
+pub mod leg;
 pub mod metrics;
 pub mod overflow;
 pub mod prompts;

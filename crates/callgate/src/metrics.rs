@@ -16,6 +16,8 @@ pub const CAPACITY: &str = "callgate_admission_capacity";
 pub const ADMISSION_WAIT: &str = "callgate_admission_wait_seconds";
 pub const ADMITTED: &str = "callgate_calls_admitted_total";
 pub const REJECTED: &str = "callgate_admission_rejections_total";
+/// Partner upgrades refused before the upgrade (401), by why.
+pub const PARTNER_AUTH_REFUSED: &str = "callgate_partner_auth_refused_total";
 pub const SETUP_SECONDS: &str = "callgate_call_setup_seconds";
 pub const SETUP_FAILURES: &str = "callgate_call_setup_failures_total";
 pub const CALLS_ENDED: &str = "callgate_calls_ended_total";

@@ -68,7 +68,10 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
     let listener = TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
     let stop_http = CancellationToken::new();
-    let router = http::router(Arc::clone(&app));
+    warn_if_admin_is_loopback_only(addr, &app.cfg());
+    // The peer address reaches the handlers: `/admin/*` serves loopback
+    // peers without a token (see `http::admin_allowed`).
+    let router = http::router(Arc::clone(&app)).into_make_service_with_connect_info::<SocketAddr>();
     let stop = stop_http.clone();
     let http = tokio::spawn(async move {
         axum::serve(listener, router)
@@ -86,6 +89,19 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
         writers,
         refusal_writer,
     })
+}
+
+/// A listener reachable from other hosts with no admin token: the admin
+/// endpoints refuse every non-loopback request, which an operator should
+/// hear about once rather than discover through 401s.
+fn warn_if_admin_is_loopback_only(addr: SocketAddr, cfg: &Config) {
+    let no_token = cfg.server.admin_token.as_deref().is_none_or(str::is_empty);
+    if no_token && !addr.ip().to_canonical().is_loopback() {
+        warn!(
+            %addr,
+            "server.admin_token is not set: /admin/* accepts requests from loopback only until it is"
+        );
+    }
 }
 
 fn store_config(cfg: &Config) -> state_store::StoreConfig {

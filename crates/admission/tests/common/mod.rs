@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use admission::{CapacitySetting, Ceilings, Gate, GateConfig, Permit, Rejection, Ticket};
+use admission::{
+    CapacitySetting, Ceilings, Gate, GateConfig, PartnerId, PartnerLoad, Permit, Rejection, Ticket,
+};
 
 pub const QUEUE_TIMEOUT: Duration = Duration::from_secs(4);
 
@@ -20,12 +22,46 @@ pub fn pinned(calls: u32, queue_max: usize) -> GateConfig {
         ceilings: Ceilings::default(),
         queue_max,
         queue_timeout: QUEUE_TIMEOUT,
+        partner_quotas: std::collections::BTreeMap::new(),
     }
 }
 
 pub fn gate(calls: u32, queue_max: usize) -> (Gate, Instant) {
     let t0 = Instant::now();
     (Gate::new(pinned(calls, queue_max), t0), t0)
+}
+
+/// A gate with `calls` capacity and these partner quotas.
+pub fn gate_with_quotas(calls: u32, queue_max: usize, quotas: &[(&str, u32)]) -> (Gate, Instant) {
+    let t0 = Instant::now();
+    (Gate::new(with_quotas(calls, queue_max, quotas), t0), t0)
+}
+
+pub fn with_quotas(calls: u32, queue_max: usize, quotas: &[(&str, u32)]) -> GateConfig {
+    GateConfig {
+        partner_quotas: quotas
+            .iter()
+            .map(|&(name, quota)| (PartnerId::new(name), quota))
+            .collect(),
+        ..pinned(calls, queue_max)
+    }
+}
+
+pub fn pid(name: &str) -> PartnerId {
+    PartnerId::new(name)
+}
+
+/// The partner's row in the snapshot, if it has one.
+pub fn load(gate: &Gate, partner: &str) -> Option<PartnerLoad> {
+    gate.snapshot()
+        .partners
+        .into_iter()
+        .find(|l| l.partner.as_str() == partner)
+}
+
+/// The partner's calls in the gate (admitted, granted or queued); 0 without a row.
+pub fn in_gate(gate: &Gate, partner: &str) -> u32 {
+    load(gate, partner).map_or(0, |l| l.in_gate())
 }
 
 pub fn ms(n: u64) -> Duration {

@@ -435,6 +435,7 @@ mod tests {
             max_send_lag_ms: 12,
             end_reason: String::new(),
             duration_ms: 1_000,
+            ..CallRecord::default()
         }
     }
 

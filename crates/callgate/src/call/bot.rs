@@ -6,6 +6,8 @@ use std::time::Instant;
 use dialog_grpc::TurnId;
 use tts_client::ContextId;
 
+use crate::leg::LegFormat;
+
 /// Speaking rate assumed when the length of a reply's audio is not yet
 /// known (ElevenLabs-class voices speak about 15 characters per second).
 const ASSUMED_CHARS_PER_SECOND: f64 = 15.0;
@@ -17,7 +19,7 @@ pub struct BotTurn {
     pub ctx: ContextId,
     /// All text sent to TTS for this turn.
     pub text: String,
-    /// Audio received from TTS for this turn (μ-law bytes = samples).
+    /// Audio received from TTS for this turn, in bytes of the leg's format.
     pub audio_bytes: usize,
     /// Audio frames sent to the carrier for this turn.
     pub frames_sent: u64,
@@ -51,10 +53,12 @@ impl BotTurn {
     }
 
     /// The text the caller has heard, given how much audio reached them.
-    pub fn heard_text(&self, lead_ms: u64) -> &str {
+    pub fn heard_text(&self, lead: std::time::Duration, format: LegFormat) -> &str {
         let sent_ms = self.frames_sent * media::FRAME_MS;
-        let played_ms = sent_ms.saturating_sub(lead_ms);
-        let total_ms = self.tts_done.then_some(self.audio_bytes as u64 / 8);
+        let played_ms = sent_ms.saturating_sub(lead.as_millis() as u64);
+        let total_ms = self
+            .tts_done
+            .then(|| format.audio().duration_of(self.audio_bytes).as_millis() as u64);
         played_prefix(&self.text, played_ms, total_ms)
     }
 }
@@ -119,8 +123,12 @@ mod tests {
         b.audio_bytes = 8_000; // 1 s
         b.tts_done = true;
         b.frames_sent = 3; // 60 ms sent, all of it still in the carrier's buffer
-        assert_eq!(b.heard_text(60), "");
+        let lead = std::time::Duration::from_millis(60);
+        assert_eq!(b.heard_text(lead, LegFormat::Mulaw8k), "");
         b.frames_sent = 50;
-        assert_eq!(b.heard_text(60), "one two three");
+        assert_eq!(b.heard_text(lead, LegFormat::Mulaw8k), "one two three");
+        // The same second of audio as 16 kHz linear PCM is twice the bytes.
+        b.audio_bytes = 32_000;
+        assert_eq!(b.heard_text(lead, LegFormat::L16k16), "one two three");
     }
 }

@@ -3,10 +3,14 @@
 
 use std::time::{Duration, Instant};
 
+use admission::PartnerId;
 use state_store::{CallId, NewCall, OwnerEpoch};
 
 use crate::app::App;
 use crate::config::ms;
+use crate::end::EndReason;
+pub use crate::end::Resource;
+use crate::leg::{Ingress, LegFormat};
 
 /// Margin added to each client's own connect timeout for the outer deadline:
 /// the outer bound is defence in depth in case a client's inner bound fails.
@@ -20,26 +24,6 @@ pub struct Resources {
     pub epoch: OwnerEpoch,
 }
 
-/// Which resource could not be opened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resource {
-    Stt,
-    Tts,
-    Dialog,
-    State,
-}
-
-impl Resource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Resource::Stt => "stt",
-            Resource::Tts => "tts",
-            Resource::Dialog => "dialog",
-            Resource::State => "state",
-        }
-    }
-}
-
 /// Setup failed: the first failing resource names the reason; all failures
 /// are listed. `epoch` is set when the ledger row was created (it must then
 /// be closed with the failure as end reason).
@@ -50,22 +34,35 @@ pub struct SetupFailure {
 }
 
 impl SetupFailure {
-    /// `setup_failed:<resource>` for the first failure, e.g. `setup_failed:stt`.
-    pub fn reason(&self) -> String {
-        let first = self
-            .failures
-            .first()
-            .map(|(r, _)| r.as_str())
-            .unwrap_or("unknown");
-        format!("setup_failed:{first}")
+    /// The first failing resource names the reason (`setup_failed:stt`).
+    /// A failure always lists at least one resource; `State` stands in for
+    /// an empty list, which [`open`] never returns.
+    pub fn reason(&self) -> EndReason {
+        let first = self.failures.first().map_or(Resource::State, |(r, _)| *r);
+        EndReason::SetupFailed(first)
     }
 }
 
-/// What the caller told us, for the dialog service and the ledger.
-pub struct CallInfo {
+/// What the ingress learned about a call before admission.
+#[derive(Debug, Clone)]
+pub struct Arrival {
     pub call_id: CallId,
+    pub ingress: Ingress,
+    pub format: LegFormat,
+    /// The carrier's or partner's own id for the call (a CallSid,
+    /// partner `call_id`), when there is one.
     pub carrier_call_id: String,
+    /// The authenticated partner, on the partner ingress.
+    pub partner: Option<PartnerId>,
+    /// For the dialog service (`ingress`, carrier ids, custom parameters).
     pub metadata: Vec<(String, String)>,
+    /// Where a transfer sends the caller, when the leg can say.
+    pub transfer_target: Option<String>,
+}
+
+/// An admitted call: its arrival and its admission.
+pub struct CallInfo {
+    pub arrival: Arrival,
     pub admitted_at: Instant,
     pub admission_wait: Duration,
 }
@@ -87,13 +84,16 @@ pub async fn open(
     clock: &super::record::CallClock,
 ) -> Result<Resources, SetupFailure> {
     let cfg = app.cfg();
-    let label = info.call_id.to_string();
-    let stt_cfg = app.stt_config();
-    let tts_cfg = app.tts_config();
+    let a = &info.arrival;
+    let label = a.call_id.to_string();
+    // STT and TTS speak the leg's own format: no call is transcoded twice.
+    let stt_cfg = app.stt_config(a.format);
+    let tts_cfg = app.tts_config(a.format);
     let new_call = NewCall {
-        call_id: info.call_id,
-        ingress: "twilio".to_string(),
-        carrier_call_id: Some(info.carrier_call_id.clone()).filter(|s| !s.is_empty()),
+        call_id: a.call_id,
+        ingress: a.ingress.as_str().to_string(),
+        carrier_call_id: Some(a.carrier_call_id.clone()).filter(|s| !s.is_empty()),
+        partner_id: a.partner.as_ref().map(ToString::to_string),
         admitted_at: clock.at(info.admitted_at),
         admission_wait: info.admission_wait,
     };
@@ -107,7 +107,7 @@ pub async fn open(
     );
     let dialog = tokio::time::timeout(
         ms(cfg.dialog.open_timeout_ms) + OUTER_MARGIN,
-        app.dialog.open(&label, info.metadata.clone()),
+        app.dialog.open(&label, a.metadata.clone()),
     );
     let state = tokio::time::timeout(
         ms(cfg.database.setup_timeout_ms),

@@ -1,12 +1,10 @@
 //! Tool calls requested by the dialog service, run as tasks owned by the call.
 //!
-//! Policy (DESIGN.md principle 7): every tool task belongs to its call. When
-//! the caller interrupts a turn, that turn's non-privileged tools are
-//! cancelled (their answer no longer matters) while privileged ones — which
-//! act for the caller, e.g. a booking — run to completion so the dialog learns
-//! what really happened. When the call ends, *all* tools are cancelled:
-//! nothing outlives its call. A result that arrives for a cancelled or
-//! superseded turn is dropped and counted as stale.
+//! The runner executes; the policy lives in the call core (`call::core`):
+//! which tools an interruption cancels (non-privileged ones of that turn),
+//! and that everything is cancelled when the call ends — nothing outlives
+//! its call. A result that arrives for a cancelled tool is dropped and
+//! counted as stale.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -37,9 +35,8 @@ pub struct ToolStats {
 }
 
 struct Running {
+    id: ToolCallId,
     abort: AbortHandle,
-    turn: TurnId,
-    privileged: bool,
 }
 
 /// The call's tool tasks.
@@ -85,7 +82,6 @@ impl ToolRunner {
         turn: TurnId,
         name: &str,
         args_json: String,
-        privileged: bool,
     ) -> Option<ToolOutcome> {
         if self.running.len() >= self.max_in_flight || !valid_tool_name(name) {
             self.stats.refused += 1;
@@ -114,11 +110,10 @@ impl ToolRunner {
         );
         let abort = self.tasks.spawn(fut);
         self.running.insert(
-            id,
+            id.clone(),
             Running {
+                id: id.clone(),
                 abort,
-                turn,
-                privileged,
             },
         );
         None
@@ -150,9 +145,11 @@ impl ToolRunner {
         }
     }
 
-    /// The caller interrupted `turn`: cancel its non-privileged tools.
-    pub fn cancel_interrupted(&mut self, turn: TurnId) {
-        self.cancel_where(|r| r.turn == turn && !r.privileged);
+    /// Cancels one tool call (the call core decides which: see
+    /// `call::core`'s tool policy). Its result, should it still arrive, is
+    /// dropped and counted as stale.
+    pub fn cancel(&mut self, id: &ToolCallId) {
+        self.cancel_where(|r| &r.id == id);
     }
 
     /// The call is ending: cancel everything.
@@ -262,21 +259,15 @@ mod tests {
             1,
         );
         assert!(
-            r.start(ToolCallId("a".into()), TurnId(1), "slow", "{}".into(), true)
+            r.start(ToolCallId("a".into()), TurnId(1), "slow", "{}".into())
                 .is_none()
         );
         let refused = r
-            .start(
-                ToolCallId("b".into()),
-                TurnId(1),
-                "slow",
-                "{}".into(),
-                false,
-            )
+            .start(ToolCallId("b".into()), TurnId(1), "slow", "{}".into())
             .unwrap();
         assert!(refused.is_error);
-        r.cancel_interrupted(TurnId(1));
-        assert_eq!(r.in_flight(), 1, "privileged tools survive an interruption");
+        r.cancel(&ToolCallId("b".into()));
+        assert_eq!(r.in_flight(), 1, "a refused call was never running");
         r.cancel_all();
         assert_eq!(
             (r.in_flight(), r.stats.cancelled, r.stats.refused),

@@ -12,7 +12,7 @@
 //! - **stt** — the caller finished speaking (local VAD) and the STT provider
 //!   produced no final transcript within `stt_stall`: apology (and the actor
 //!   asks STT to finalize), then transfer.
-//! - **media** — the carrier stopped sending frames for `media_stall` (Twilio
+//! - **media** — the carrier stopped sending frames for `media_stall` (a carrier
 //!   streams continuously, even in silence): nobody is listening, so the call
 //!   ends without a prompt.
 

@@ -1,0 +1,354 @@
+//! The conversation half of the call core: transcripts, dialog replies,
+//! TTS audio, tool calls and barge-in.
+
+use std::time::Instant;
+
+use dialog_grpc::{DialogEvent, TurnId};
+use state_store::Speaker;
+use stt_client::SttEvent;
+use tracing::{debug, info, warn};
+use tts_client::{ContextId, TtsEvent};
+
+use super::{CallCore, Command, Rec, ToolTask, Turn};
+use crate::call::bot::{BotTurn, Exit};
+use crate::call::tools::ToolOutcome;
+use crate::end::{End, EndReason, Provider};
+use crate::metrics as m;
+use crate::prompts::Prompt;
+
+impl CallCore {
+    // ----- STT ---------------------------------------------------------------
+
+    pub(super) fn on_stt(&mut self, ev: SttEvent, now: Instant) {
+        match &ev {
+            SttEvent::Closed(reason) => {
+                debug!(reason = ?reason, "STT stream closed");
+                return self.provider_closed(Provider::Stt, now);
+            }
+            SttEvent::Transcript(t) => {
+                if t.is_final {
+                    self.watchdog.transcript_final(now);
+                }
+                if !t.text.trim().is_empty() {
+                    self.utterance_first_heard.get_or_insert(now);
+                    if self.bot_is_audible() {
+                        self.barge_in(now);
+                    }
+                }
+            }
+            SttEvent::ProviderError { message } => {
+                debug!(message = %message, "STT provider message")
+            }
+            _ => {}
+        }
+        if let Some(utt) = self.assembler.push(&ev) {
+            self.on_utterance(&utt.text, now);
+        }
+    }
+
+    fn on_utterance(&mut self, text: &str, now: Instant) {
+        if text.trim().is_empty() {
+            return;
+        }
+        if !self.is_live() {
+            // The call is ending (say the bot ended it while the caller was
+            // still talking): the words are kept, but no reply is owed.
+            let started = self.utterance_first_heard.take().unwrap_or(now);
+            self.record(Rec::Turn {
+                speaker: Speaker::Caller,
+                text: text.to_string(),
+                span: (started, now),
+                interrupted: false,
+            });
+            self.interaction.user_turns += 1;
+            return;
+        }
+        if matches!(self.turn, Turn::Replying(_)) {
+            self.barge_in(now);
+        }
+        let started = self.utterance_first_heard.take().unwrap_or(now);
+        self.record(Rec::Turn {
+            speaker: Speaker::Caller,
+            text: text.to_string(),
+            span: (started, now),
+            interrupted: false,
+        });
+        self.interaction.user_turns += 1;
+        self.expected_turn = TurnId(self.expected_turn.0 + 1);
+        debug!(turn = %self.expected_turn, chars = text.len(), "caller utterance final");
+        if self.links.dialog {
+            self.push(Command::DialogTurn(self.expected_turn, text.to_string()));
+        }
+        self.reply_owed_since = Some(now);
+        self.watchdog.reply_owed(now);
+    }
+
+    /// Whether bot audio is queued here or still playing at the leg.
+    pub(super) fn bot_is_audible(&self) -> bool {
+        matches!(&self.turn, Turn::Replying(b) if b.frames_sent > 0 || b.audio_bytes > 0)
+    }
+
+    /// The caller spoke over the bot: stop output in this very step
+    /// (DESIGN.md principle 6) — pacer cleared, the leg's queue cleared,
+    /// the TTS context cancelled, the dialog told what was heard, the
+    /// turn's non-privileged tools cancelled. Late audio of the cancelled
+    /// context is dropped as stale.
+    pub(super) fn barge_in(&mut self, now: Instant) {
+        let Turn::Replying(b) = std::mem::replace(&mut self.turn, Turn::Listening) else {
+            return;
+        };
+        self.pacer.clear();
+        self.prompt_frames = 0;
+        self.watchdog.reply_audible();
+        if b.frames_sent > 0 {
+            self.push(Command::Clear);
+        }
+        if self.links.tts {
+            self.push(Command::TtsCancel(b.ctx));
+        }
+        let heard = b.heard_text(self.cfg.lead, self.cfg.format).to_string();
+        if self.links.dialog {
+            self.push(Command::DialogInterrupt(b.turn, heard.clone()));
+        }
+        self.cancel_interrupted_tools(b.turn);
+        self.record(Rec::Turn {
+            speaker: Speaker::Bot,
+            text: heard.clone(),
+            span: (b.started_at, now),
+            interrupted: true,
+        });
+        self.interaction.interruptions += 1;
+        metrics::counter!(m::BARGE_INS).increment(1);
+        info!(turn = %b.turn, heard_chars = heard.len(), "barge-in: bot output stopped");
+        if let Some(exit) = self.pending_exit.take() {
+            self.start_exit(exit, now);
+        }
+    }
+
+    /// Tool policy (DESIGN.md principle 7): an interrupted turn's answer no
+    /// longer matters, so its non-privileged tools are cancelled; privileged
+    /// ones act for the caller (a booking) and run to completion so the
+    /// dialog learns what really happened.
+    fn cancel_interrupted_tools(&mut self, turn: TurnId) {
+        let mut ids: Vec<_> = self
+            .tools
+            .iter()
+            .filter(|(_, t)| t.turn == turn && !t.privileged)
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort_by(|a, b| a.0.cmp(&b.0));
+        for id in ids {
+            self.tools.remove(&id);
+            self.push(Command::ToolCancel(id));
+        }
+    }
+
+    // ----- dialog ------------------------------------------------------------
+
+    pub(super) fn on_dialog(&mut self, ev: DialogEvent, now: Instant) {
+        match ev {
+            DialogEvent::TextDelta { turn, text } if self.accept_turn(turn, now) => {
+                self.speak(&text);
+            }
+            DialogEvent::TurnComplete { turn } if self.accept_turn(turn, now) => {
+                self.complete_turn();
+            }
+            DialogEvent::ToolCall {
+                id,
+                turn,
+                name,
+                arguments_json,
+                privileged,
+            } if self.accept_turn(turn, now) => {
+                self.flush_speech();
+                let detail = serde_json::json!({ "name": name, "privileged": privileged });
+                self.event("tool_call", detail, now);
+                self.tools.insert(id.clone(), ToolTask { turn, privileged });
+                self.push(Command::ToolStart {
+                    id,
+                    turn,
+                    name,
+                    arguments_json,
+                    privileged,
+                });
+            }
+            DialogEvent::SlotUpdate { name, value } => {
+                self.record(Rec::Slot {
+                    name,
+                    value,
+                    at: now,
+                });
+            }
+            DialogEvent::Escalate { reason } => {
+                self.record(Rec::Escalation {
+                    reason: reason.clone(),
+                    at: now,
+                });
+                self.exit_when_quiet(Exit::Transfer(reason), now);
+            }
+            DialogEvent::EndCall { reason } => self.exit_when_quiet(Exit::End(reason), now),
+            DialogEvent::Closed(result) => {
+                debug!(result = ?result, "dialog stream closed");
+                self.provider_closed(Provider::Dialog, now);
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether an event for `turn` belongs to the current reply; opens the
+    /// reply (and its TTS context) on its first event. Stale events of
+    /// superseded turns are dropped and counted.
+    fn accept_turn(&mut self, turn: TurnId, now: Instant) -> bool {
+        if turn != self.expected_turn || !self.is_live() {
+            self.interaction.stale_dialog_events += 1;
+            metrics::counter!(m::STALE_DROPPED, "kind" => "dialog").increment(1);
+            return false;
+        }
+        if matches!(&self.turn, Turn::Replying(b) if b.turn == turn) {
+            return true;
+        }
+        self.next_ctx += 1;
+        let ctx = ContextId(self.next_ctx);
+        if self.links.tts {
+            self.push(Command::TtsOpen(ctx));
+        }
+        self.turn = Turn::Replying(BotTurn::new(turn, ctx, now));
+        true
+    }
+
+    fn speak(&mut self, text: &str) {
+        let Turn::Replying(b) = &mut self.turn else {
+            return;
+        };
+        b.text.push_str(text);
+        let ctx = b.ctx;
+        if self.links.tts {
+            self.push(Command::TtsText(ctx, text.to_string()));
+        }
+    }
+
+    /// Makes TTS generate what it has buffered (e.g. "let me check" before a tool).
+    fn flush_speech(&mut self) {
+        if let (Turn::Replying(b), true) = (&self.turn, self.links.tts) {
+            let ctx = b.ctx;
+            self.push(Command::TtsFlush(ctx));
+        }
+    }
+
+    fn complete_turn(&mut self) {
+        let Turn::Replying(b) = &mut self.turn else {
+            return;
+        };
+        b.dialog_done = true;
+        let ctx = b.ctx;
+        if self.links.tts {
+            self.push(Command::TtsFlush(ctx));
+            self.push(Command::TtsClose(ctx));
+        }
+    }
+
+    /// Exits after the reply being generated, or at once (the exit marker
+    /// then queues behind any reply audio still playing).
+    fn exit_when_quiet(&mut self, exit: Exit, now: Instant) {
+        if matches!(&self.turn, Turn::Replying(b) if b.mark.is_none()) {
+            self.pending_exit = Some(exit);
+        } else {
+            self.start_exit(exit, now);
+        }
+    }
+
+    // ----- TTS ---------------------------------------------------------------
+
+    pub(super) fn on_tts(&mut self, ev: TtsEvent, now: Instant) {
+        match ev {
+            TtsEvent::Audio { context, bytes } => {
+                let live = self.is_live();
+                match &mut self.turn {
+                    Turn::Replying(b) if b.ctx == context && live => {
+                        b.audio_bytes += bytes.len();
+                        self.pacer.push_audio(&bytes);
+                    }
+                    _ => {
+                        self.interaction.stale_tts_audio_chunks += 1;
+                        metrics::counter!(m::STALE_DROPPED, "kind" => "tts_audio").increment(1);
+                    }
+                }
+            }
+            TtsEvent::ContextFinal { context } => {
+                if let Turn::Replying(b) = &mut self.turn
+                    && b.ctx == context
+                {
+                    b.tts_done = true;
+                    self.finish_generation(now);
+                }
+            }
+            TtsEvent::Closed(reason) => {
+                debug!(reason = ?reason, "TTS socket closed");
+                self.provider_closed(Provider::Tts, now);
+            }
+            TtsEvent::ProviderError { message } => {
+                debug!(message = %message, "TTS provider message");
+            }
+            _ => {}
+        }
+    }
+
+    /// The reply is fully generated: queue its end-of-turn marker, and the
+    /// exit that was waiting for it.
+    fn finish_generation(&mut self, now: Instant) {
+        let Turn::Replying(b) = &mut self.turn else {
+            return;
+        };
+        if !b.generated() || b.mark.is_some() {
+            return;
+        }
+        let name = format!("turn-{}", b.turn.0);
+        b.mark = Some(name.clone());
+        self.pacer.push_mark(name);
+        if let Some(exit) = self.pending_exit.take() {
+            self.start_exit(exit, now);
+        }
+    }
+
+    // ----- tools -------------------------------------------------------------
+
+    pub(super) fn on_tool_result(&mut self, outcome: ToolOutcome, now: Instant) {
+        let detail = serde_json::json!({ "is_error": outcome.is_error });
+        self.event("tool_result", detail, now);
+        self.tools.remove(&outcome.id);
+        if self.links.dialog {
+            self.push(Command::DialogToolResult {
+                id: outcome.id,
+                result_json: outcome.result_json,
+                is_error: outcome.is_error,
+            });
+        }
+    }
+
+    pub(super) fn provider_closed(&mut self, p: Provider, now: Instant) {
+        let name = match p {
+            Provider::Stt => {
+                self.links.stt = false;
+                "stt"
+            }
+            Provider::Tts => {
+                self.links.tts = false;
+                "tts"
+            }
+            Provider::Dialog => {
+                self.links.dialog = false;
+                "dialog"
+            }
+        };
+        if self.is_live() {
+            warn!(provider = name, "provider connection closed mid-call");
+            self.fail_over(
+                End::new(EndReason::ProviderFailed(p), now),
+                Prompt::Transfer,
+                format!("callgate-transfer:{name}_failed"),
+                &format!("{name}_closed"),
+                now,
+            );
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! The end of a call: bounded teardown and the closing receipt.
+//!
+//! Every field of the receipt is measured: the counter deltas are the
+//! permit's own counts read *after* its release, "disconnect observed" is
+//! stamped only when the peer's hang-up or loss was observed, and the
+//! cleanup status says what cleanup achieved — a close that timed out or
+//! had to be forced, or a write the queue refused, is not `completed`.
+
+use std::time::Instant;
+
+use admission::CounterDelta;
+use state_store::{CleanupStatus, Stage};
+use tracing::info;
+
+use super::CallActor;
+use super::record::millis;
+use crate::end::End;
+use crate::leg::{Finish, Leg, LegFormat, LegStats};
+use crate::metrics as m;
+
+/// What could not be closed cleanly.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct Cleanup {
+    /// Connections whose close timed out, failed or had to be aborted.
+    pub forced: Vec<&'static str>,
+    pub writes_lost: u64,
+    /// The permit's release was not observed (it must be exactly once).
+    pub permit_unreleased: bool,
+}
+
+impl Cleanup {
+    pub fn status(&self) -> CleanupStatus {
+        if self.forced.is_empty() && self.writes_lost == 0 && !self.permit_unreleased {
+            CleanupStatus::Completed
+        } else {
+            CleanupStatus::Failed
+        }
+    }
+}
+
+/// The receipt's `active_counter_delta`.
+pub fn delta_json(d: CounterDelta) -> serde_json::Value {
+    serde_json::json!({ "increment": d.increment, "decrement": d.decrement })
+}
+
+/// The receipt's `media` object.
+pub fn media_json(format: LegFormat, leg: LegStats, stt_dropped: u64) -> serde_json::Value {
+    serde_json::json!({
+        "format": format.as_str(),
+        "frames_in": leg.frames_in,
+        "frames_out": leg.frames_out,
+        "frames_dropped": leg.frames_dropped,
+        "ignored_carrier_events": leg.ignored_events,
+        "stt_audio_dropped": stt_dropped,
+    })
+}
+
+/// Closes everything (bounded), releases the permit, writes the receipt.
+pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
+    let CallActor {
+        app,
+        permit,
+        leg,
+        core,
+        res,
+        mut tools,
+        mut rec,
+        speaking,
+        setup_ms,
+        transfer_target,
+        ..
+    } = actor;
+    drop(speaking);
+    let started = Instant::now();
+    if let Some(t) = core.last_media() {
+        rec.stage(Stage::LastMedia, t);
+    }
+    if end.peer_left {
+        rec.stage(Stage::DisconnectObserved, end.at);
+    }
+    tools.cancel_all();
+    let bound = crate::config::ms(app.cfg().call.teardown_timeout_ms);
+    let format = leg.format();
+    let media = media_json(format, leg.stats(), res.stt.0.dropped_audio_frames());
+    let (stt, tts, dialog) = (res.stt, res.tts, res.dialog);
+    let (dialog_session, dialog_events) = dialog;
+    dialog_session.end(end.reason.label());
+    drop(dialog_events);
+    let how = Finish::for_end(&end, transfer_target);
+    let closes = tokio::join!(
+        tokio::time::timeout(bound, leg.finish(how, bound)),
+        tokio::time::timeout(bound, stt.0.close()),
+        tokio::time::timeout(bound, tts.0.close()),
+    );
+    let mut cleanup = Cleanup::default();
+    if !matches!(closes.0, Ok(f) if !f.forced) {
+        cleanup.forced.push("leg");
+    }
+    if !matches!(closes.1, Ok(Ok(_))) {
+        cleanup.forced.push("stt");
+    }
+    if !matches!(closes.2, Ok(Ok(()))) {
+        cleanup.forced.push("tts");
+    }
+    let tally = permit.tally();
+    let admitted_at = permit.admitted_at();
+    let waited = permit.waited();
+    permit.release(Instant::now());
+    let delta = tally.delta();
+    cleanup.permit_unreleased = delta.decrement != 1;
+    cleanup.writes_lost = rec.lost;
+    let stats = serde_json::json!({
+        "active_counter_delta": delta_json(delta),
+        "admission_wait_ms": millis(waited),
+        "setup_ms": setup_ms,
+        "media": media,
+        "interaction": core.interaction(),
+        "delegation": tools.stats,
+        "stalls": core.stalls(),
+        "late_end_causes": core.late_ends(),
+        "writes_lost": cleanup.writes_lost,
+        "cleanup": cleanup,
+    });
+    let done = Instant::now();
+    let ledger_reason = end.ledger();
+    rec.close(&ledger_reason, cleanup.status(), done, stats);
+    let duration = done.duration_since(admitted_at);
+    metrics::histogram!(m::TEARDOWN_SECONDS).record((done - started).as_secs_f64());
+    metrics::histogram!(m::CALL_SECONDS).record(duration.as_secs_f64());
+    metrics::counter!(m::CALLS_ENDED, "reason" => end.reason.label()).increment(1);
+    info!(
+        reason = %ledger_reason,
+        duration_s = duration.as_secs_f64(),
+        forced_closes = ?cleanup.forced,
+        cleanup = cleanup.status().as_str(),
+        "call_ended"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_clean_cleanup_is_completed() {
+        let mut c = Cleanup::default();
+        assert_eq!(c.status(), CleanupStatus::Completed);
+        c.forced.push("tts");
+        assert_eq!(c.status(), CleanupStatus::Failed);
+        let c = Cleanup {
+            writes_lost: 1,
+            ..Cleanup::default()
+        };
+        assert_eq!(c.status(), CleanupStatus::Failed);
+        let c = Cleanup {
+            permit_unreleased: true,
+            ..Cleanup::default()
+        };
+        assert_eq!(c.status(), CleanupStatus::Failed);
+    }
+}

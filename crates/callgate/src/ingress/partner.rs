@@ -1,0 +1,213 @@
+//! The partner WebSocket ingress: `GET /v1/partner/stream`
+//! (`docs/partner-protocol.md`).
+//!
+//! Closed by default: the upgrade needs `Authorization: Bearer <key>` whose
+//! SHA-256 matches a configured `[partners.<id>]`; with no partner
+//! configured every upgrade is refused. Refusals are 401 before the
+//! upgrade, with a one-line reason, counted by why. After the upgrade the
+//! leg reads `start`, callgate answers `started`, and the call takes the
+//! path every leg takes ([`super::run`]) — with the partner's quota inside
+//! the admission gate.
+
+use std::sync::Arc;
+
+use admission::PartnerId;
+use axum::extract::{State, WebSocketUpgrade};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+use state_store::CallId;
+use tracing::{Instrument, info_span, warn};
+
+use crate::app::App;
+use crate::call::setup::Arrival;
+use crate::config::{Config, ms};
+use crate::leg::partner::PartnerLeg;
+use crate::leg::{Ingress, Leg};
+use crate::metrics as m;
+
+/// Why an upgrade was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthError {
+    NoPartners,
+    MissingKey,
+    UnknownKey,
+}
+
+impl AuthError {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AuthError::NoPartners => "no_partners_configured",
+            AuthError::MissingKey => "missing_key",
+            AuthError::UnknownKey => "unknown_key",
+        }
+    }
+
+    fn message(self) -> &'static str {
+        match self {
+            AuthError::NoPartners => "partner ingress disabled: no partners are configured\n",
+            AuthError::MissingKey => "missing Authorization: Bearer <partner key>\n",
+            AuthError::UnknownKey => "unknown partner key\n",
+        }
+    }
+}
+
+/// The partner whose key is presented in `authorization` (the header's
+/// value). Digests are compared in constant time; the key is never logged.
+pub fn authenticate(cfg: &Config, authorization: Option<&str>) -> Result<PartnerId, AuthError> {
+    if cfg.partners.is_empty() {
+        return Err(AuthError::NoPartners);
+    }
+    let key = authorization
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .ok_or(AuthError::MissingKey)?;
+    let digest = hex(&Sha256::digest(key.as_bytes()));
+    let mut found = None;
+    for (id, p) in &cfg.partners {
+        if constant_time_eq(
+            digest.as_bytes(),
+            p.key_sha256.to_ascii_lowercase().as_bytes(),
+        ) {
+            found = Some(id);
+        }
+    }
+    found.map(PartnerId::new).ok_or(AuthError::UnknownKey)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The upgrade handler.
+pub async fn partner_stream(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let cfg = app.cfg();
+    let auth = headers.get("authorization").and_then(|v| v.to_str().ok());
+    let partner = match authenticate(&cfg, auth) {
+        Ok(p) => p,
+        Err(e) => {
+            warn!(
+                why = e.as_str(),
+                "partner stream refused before the upgrade"
+            );
+            metrics::counter!(m::PARTNER_AUTH_REFUSED, "why" => e.as_str()).increment(1);
+            return (StatusCode::UNAUTHORIZED, e.message()).into_response();
+        }
+    };
+    // A 20 ms frame is at most 640 bytes; text messages are bounded by config.
+    let max = cfg.partner.max_message_bytes.max(4_096);
+    let tracker = app.calls.clone();
+    ws.max_message_size(max)
+        .max_frame_size(max)
+        .read_buffer_size(8 * 1024)
+        .on_upgrade(move |socket| async move {
+            tracker.spawn(handle(app, socket, partner)).await.ok();
+        })
+}
+
+async fn handle(app: Arc<App>, socket: axum::extract::ws::WebSocket, partner: PartnerId) {
+    let cfg = app.cfg();
+    let timeout = ms(cfg.partner.start_timeout_ms);
+    let (mut leg, start) = match PartnerLeg::accept(socket, timeout).await {
+        Ok(x) => x,
+        Err(e) => {
+            warn!(partner = %partner, code = e.0.code(), error = %e.0, "partner stream closed before a call started");
+            metrics::counter!(m::PROTOCOL_ERRORS, "kind" => e.0.code()).increment(1);
+            return;
+        }
+    };
+    let call_id = CallId::new_random();
+    leg.started(&call_id.to_string());
+    let target = cfg
+        .partners
+        .get(partner.as_str())
+        .and_then(|p| p.transfer_target.clone())
+        .unwrap_or_else(|| cfg.partner.transfer_target.clone());
+    let mut metadata = vec![
+        ("ingress".to_string(), "partner".to_string()),
+        ("partner_id".to_string(), partner.to_string()),
+        ("carrier_call_id".to_string(), start.call_id.clone()),
+    ];
+    metadata.extend(
+        start
+            .metadata
+            .iter()
+            .map(|(k, v)| (format!("param.{k}"), v.clone())),
+    );
+    let arrival = Arrival {
+        call_id,
+        ingress: Ingress::Partner,
+        format: leg.format(),
+        carrier_call_id: start.call_id.clone(),
+        partner: Some(partner.clone()),
+        metadata,
+        transfer_target: Some(target),
+    };
+    let span = info_span!("call", call_id = %call_id, partner = %partner, partner_call_id = %start.call_id, ingress = "partner");
+    super::run(app, leg, arrival).instrument(span).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PartnerConfig;
+
+    fn cfg_with(key: &str) -> Config {
+        let mut cfg = Config::default();
+        cfg.partners.insert(
+            "acme".into(),
+            PartnerConfig {
+                key_sha256: hex(&Sha256::digest(key.as_bytes())),
+                ..PartnerConfig::default()
+            },
+        );
+        cfg
+    }
+
+    #[test]
+    fn only_a_configured_key_authenticates() {
+        let cfg = cfg_with("s3cret");
+        assert_eq!(
+            authenticate(&cfg, Some("Bearer s3cret")).unwrap().as_str(),
+            "acme"
+        );
+        assert_eq!(
+            authenticate(&cfg, Some("Bearer wrong")),
+            Err(AuthError::UnknownKey)
+        );
+        assert_eq!(
+            authenticate(&cfg, Some("s3cret")),
+            Err(AuthError::MissingKey)
+        );
+        assert_eq!(
+            authenticate(&cfg, Some("Bearer ")),
+            Err(AuthError::MissingKey)
+        );
+        assert_eq!(authenticate(&cfg, None), Err(AuthError::MissingKey));
+        let none = Config::default();
+        assert_eq!(
+            authenticate(&none, Some("Bearer s3cret")),
+            Err(AuthError::NoPartners)
+        );
+    }
+
+    #[test]
+    fn an_upper_case_digest_in_config_still_matches() {
+        let mut cfg = cfg_with("k");
+        let p = cfg.partners.get_mut("acme").unwrap();
+        p.key_sha256 = p.key_sha256.to_ascii_uppercase();
+        assert!(authenticate(&cfg, Some("Bearer k")).is_ok());
+    }
+}

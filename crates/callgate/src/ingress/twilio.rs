@@ -1,0 +1,132 @@
+//! The Twilio media-stream ingress: `GET /v1/media-stream`.
+//!
+//! Per connection: check the signature, wait (bounded) for `start`, check
+//! the media format, then hand the leg to the generic call path
+//! ([`super::run`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{State, WebSocketUpgrade};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use state_store::CallId;
+use tracing::{Instrument, info_span, warn};
+
+use super::Refusal;
+use crate::app::App;
+use crate::call::setup::Arrival;
+use crate::config::ms;
+use crate::leg::twilio::TwilioLeg;
+use crate::leg::{Ingress, LegFormat};
+use crate::metrics as m;
+use crate::twilio;
+
+/// The upgrade handler.
+pub async fn media_stream(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    uri: Uri,
+    ws: WebSocketUpgrade,
+) -> Response {
+    let cfg = app.cfg();
+    if let Some(token) = cfg.twilio.auth_token.as_deref().filter(|t| !t.is_empty()) {
+        let urls = signed_urls(cfg.twilio.public_url.as_deref(), &headers, &uri);
+        let sig = headers
+            .get("x-twilio-signature")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        if !urls
+            .iter()
+            .any(|url| twilio::signature_is_valid(token, url, sig))
+        {
+            warn!(url = %urls[0], has_signature = !sig.is_empty(), "media stream refused: invalid X-Twilio-Signature");
+            metrics::counter!(m::PROTOCOL_ERRORS, "kind" => "bad_signature").increment(1);
+            return (StatusCode::FORBIDDEN, "invalid X-Twilio-Signature").into_response();
+        }
+    }
+    let max = cfg.twilio.max_message_bytes;
+    let tracker = app.calls.clone();
+    // Carrier frames are ~300 bytes: an 8 KiB read buffer (tungstenite's
+    // default is 128 KiB, zero-filled on every read) keeps thousands of
+    // streams cheap in memory and CPU. Writes are flushed per batch.
+    ws.max_message_size(max)
+        .max_frame_size(max)
+        .read_buffer_size(8 * 1024)
+        .on_upgrade(move |socket| async move {
+            tracker.spawn(handle(app, socket)).await.ok();
+        })
+}
+
+/// The URLs Twilio may have signed: the configured public URL, or the
+/// request's Host and path under `wss://` (Twilio's scheme) and `ws://`
+/// (the scheme this listener sees when TLS ends at a proxy). The HMAC, not
+/// the scheme, is what authenticates.
+fn signed_urls(public: Option<&str>, headers: &HeaderMap, uri: &Uri) -> Vec<String> {
+    if let Some(p) = public.filter(|p| !p.is_empty()) {
+        return vec![p.to_string()];
+    }
+    let host = headers
+        .get("host")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("localhost");
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    vec![format!("wss://{host}{path}"), format!("ws://{host}{path}")]
+}
+
+async fn handle(app: Arc<App>, socket: axum::extract::ws::WebSocket) {
+    let cfg = app.cfg();
+    let timeout = ms(cfg.twilio.start_timeout_ms);
+    let accepted = TwilioLeg::accept(socket, cfg.twilio.max_media_payload_bytes, timeout).await;
+    let (leg, start) = match accepted {
+        Ok(x) => x,
+        Err(why) => {
+            warn!(why = %why.0, "media stream closed before a call started");
+            metrics::counter!(m::PROTOCOL_ERRORS, "kind" => "no_start").increment(1);
+            return;
+        }
+    };
+    let arrival = Arrival {
+        call_id: CallId::new_random(),
+        ingress: Ingress::Twilio,
+        format: LegFormat::Mulaw8k,
+        carrier_call_id: start.call_sid.clone(),
+        partner: None,
+        metadata: metadata(&start),
+        transfer_target: None,
+    };
+    let span = info_span!("call", call_id = %arrival.call_id, call_sid = %start.call_sid, ingress = "twilio");
+    async move {
+        if !start.media_format.is_twilio_mulaw() {
+            let f = &start.media_format;
+            let why = format!(
+                "unsupported mediaFormat {}@{}x{}",
+                f.encoding, f.sample_rate, f.channels
+            );
+            warn!(why = %why, "closing stream");
+            metrics::counter!(m::PROTOCOL_ERRORS, "kind" => "unsupported_media_format")
+                .increment(1);
+            super::record_refusal(&app, &arrival, Refusal::UnsupportedFormat, Duration::ZERO);
+            leg.refuse(&why).await;
+            return;
+        }
+        super::run(app, leg, arrival).await;
+    }
+    .instrument(span)
+    .await;
+}
+
+fn metadata(start: &twilio::Start) -> Vec<(String, String)> {
+    let mut md = vec![
+        ("ingress".to_string(), "twilio".to_string()),
+        ("carrier_call_id".to_string(), start.call_sid.clone()),
+        ("stream_id".to_string(), start.stream_sid.clone()),
+    ];
+    md.extend(
+        start
+            .custom_parameters
+            .iter()
+            .map(|(k, v)| (format!("param.{k}"), v.clone())),
+    );
+    md
+}

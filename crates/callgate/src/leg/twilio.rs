@@ -1,0 +1,251 @@
+//! The Twilio Media Streams leg: one bidirectional `<Connect><Stream>`
+//! WebSocket as [`LegEvent`]s in and media/mark/clear frames out.
+//!
+//! Format: μ-law 8 kHz only (Twilio's sole media-stream format). Twilio
+//! echoes marks when its playout reaches them, so [`LegEvent::Played`] is
+//! Twilio's own. Transfer and hang-up both close the stream with 1000: Twilio
+//! then runs the TwiML's next verb (a `<Dial>` to the human queue); a Media
+//! Stream cannot hang up the phone call itself.
+
+use std::time::Duration;
+
+use axum::extract::ws::{Message, WebSocket};
+use futures_util::StreamExt;
+use futures_util::stream::SplitStream;
+
+use super::ws::{self, Out, WsWriter};
+use super::{Finish, Finished, Leg, LegEvent, LegFormat, LegStats, Violation};
+use crate::metrics as m;
+use crate::twilio::{self, Inbound, WireError};
+
+/// One Twilio media stream.
+pub struct TwilioLeg {
+    out: twilio::Outbound,
+    rx: SplitStream<WebSocket>,
+    writer: WsWriter,
+    max_payload: usize,
+    audio: twilio::Audio,
+    closed: bool,
+    stats: LegStats,
+}
+
+/// What happened instead of a `start`.
+#[derive(Debug)]
+pub struct NoStart(pub String);
+
+impl TwilioLeg {
+    /// Wraps an upgraded socket and waits (bounded) for `start`. Media
+    /// before `start` is a protocol violation. On failure the socket is
+    /// closed with 1008 and the reason.
+    pub async fn accept(
+        socket: WebSocket,
+        max_payload: usize,
+        timeout: Duration,
+    ) -> Result<(TwilioLeg, twilio::Start), NoStart> {
+        let (rx, writer) = ws::split(socket);
+        let mut leg = TwilioLeg {
+            out: twilio::Outbound::new(""),
+            rx,
+            writer,
+            max_payload,
+            audio: twilio::Audio::Discard,
+            closed: false,
+            stats: LegStats::default(),
+        };
+        match tokio::time::timeout(timeout, leg.read_start()).await {
+            Ok(Ok(start)) => {
+                leg.out = twilio::Outbound::new(&start.stream_sid);
+                Ok((leg, start))
+            }
+            Ok(Err(why)) => Err(leg.refuse_start(why).await),
+            Err(_) => {
+                let why = format!("no start event within {} ms", timeout.as_millis());
+                Err(leg.refuse_start(why).await)
+            }
+        }
+    }
+
+    async fn refuse_start(self, why: String) -> NoStart {
+        self.writer.close(1008, &why, ws::SEND_TIMEOUT).await;
+        NoStart(why)
+    }
+
+    async fn read_start(&mut self) -> Result<twilio::Start, String> {
+        loop {
+            let Some(msg) = self.rx.next().await else {
+                return Err("socket closed".into());
+            };
+            let text = match msg {
+                Ok(Message::Text(t)) => t,
+                Ok(Message::Ping(_) | Message::Pong(_)) => continue,
+                Ok(Message::Close(_)) => return Err("closed by carrier before start".into()),
+                Ok(Message::Binary(_)) => return Err("binary frame before start".into()),
+                Err(e) => return Err(format!("socket error: {e}")),
+            };
+            match twilio::parse_with(text.as_str(), self.max_payload, self.audio) {
+                Ok(Inbound::Start(s)) => return Ok(s),
+                Ok(Inbound::Connected | Inbound::Unknown { .. }) => continue,
+                Ok(Inbound::Media(_)) => return Err("media before start".into()),
+                Ok(Inbound::Stop) => return Err("stop before start".into()),
+                Ok(other) => return Err(format!("unexpected event before start: {other:?}")),
+                Err(e) => return Err(format!("invalid frame before start: {e}")),
+            }
+        }
+    }
+
+    /// Closes a stream refused before admission (e.g. a wrong media format).
+    pub async fn refuse(self, why: &str) {
+        self.writer.close(1008, why, ws::SEND_TIMEOUT).await;
+    }
+
+    fn decode(&mut self, msg: Message) -> Option<LegEvent> {
+        let text = match msg {
+            Message::Text(t) => t,
+            Message::Close(f) => {
+                let why = f.map(|f| format!("closed by carrier ({} {})", f.code, f.reason));
+                return Some(LegEvent::Gone(
+                    why.unwrap_or_else(|| "closed by carrier".into()),
+                ));
+            }
+            Message::Binary(_) => return Some(violation(&WireError::BinaryFrame)),
+            Message::Ping(_) | Message::Pong(_) => return None,
+        };
+        match twilio::parse_with(text.as_str(), self.max_payload, self.audio) {
+            Err(e) => Some(violation(&e)),
+            Ok(Inbound::Media(media)) => {
+                self.stats.frames_in += 1;
+                Some(LegEvent::Audio(media.payload))
+            }
+            Ok(Inbound::Dtmf { digit }) => match dtmf_digit(&digit) {
+                Some(d) => Some(LegEvent::Dtmf(d)),
+                None => self.ignored(),
+            },
+            Ok(Inbound::Mark { name }) => Some(LegEvent::Played(name)),
+            Ok(Inbound::Stop) => Some(LegEvent::Hangup),
+            Ok(Inbound::Connected) => None,
+            // A second `start` carries nothing the call can use.
+            Ok(Inbound::Start(_) | Inbound::Unknown { .. }) => self.ignored(),
+        }
+    }
+
+    fn ignored(&mut self) -> Option<LegEvent> {
+        self.stats.ignored_events += 1;
+        None
+    }
+
+    fn send(&mut self, out: Out, audio: bool) {
+        if self.writer.try_send(out) {
+            if audio {
+                self.stats.frames_out += 1;
+                metrics::counter!(m::MEDIA_OUT).increment(1);
+            }
+        } else {
+            self.stats.frames_dropped += 1;
+            if audio {
+                metrics::counter!(m::MEDIA_OUT_DROPPED).increment(1);
+            }
+        }
+    }
+}
+
+fn violation(e: &WireError) -> LegEvent {
+    LegEvent::Violation(Violation {
+        kind: e.kind(),
+        detail: e.to_string(),
+    })
+}
+
+/// A single DTMF digit as Twilio sends it (`"5"`, `"#"`).
+fn dtmf_digit(s: &str) -> Option<char> {
+    let mut chars = s.chars();
+    match (chars.next(), chars.next()) {
+        (Some(c), None) if c.is_ascii_digit() || matches!(c, '*' | '#' | 'A'..='D') => Some(c),
+        _ => None,
+    }
+}
+
+impl Leg for TwilioLeg {
+    fn format(&self) -> LegFormat {
+        LegFormat::Mulaw8k
+    }
+
+    async fn next_event(&mut self) -> LegEvent {
+        loop {
+            if self.closed {
+                return std::future::pending().await;
+            }
+            let ev = match self.rx.next().await {
+                None => Some(LegEvent::Gone("socket closed".into())),
+                Some(Err(e)) if ws::is_too_long(&e) => Some(violation(&WireError::MessageTooLarge)),
+                Some(Err(e)) => Some(LegEvent::Gone(format!("socket error: {e}"))),
+                Some(Ok(msg)) => self.decode(msg),
+            };
+            if let Some(ev) = ev {
+                self.closed = ev.is_terminal();
+                return ev;
+            }
+        }
+    }
+
+    fn ready_events(&mut self) -> Vec<LegEvent> {
+        use futures_util::FutureExt;
+        let mut out = Vec::new();
+        while !self.closed {
+            match self.next_event().now_or_never() {
+                None => break,
+                Some(LegEvent::Audio(_)) => {}
+                Some(ev) => out.push(ev),
+            }
+        }
+        out
+    }
+
+    fn want_audio(&mut self) {
+        self.audio = twilio::Audio::Decode;
+    }
+
+    fn play(&mut self, audio: &[u8]) {
+        let msg = Out::Text(self.out.media(audio));
+        self.send(msg, true);
+    }
+
+    fn mark(&mut self, name: &str) {
+        let msg = Out::Text(self.out.mark(name));
+        self.send(msg, false);
+    }
+
+    fn clear(&mut self) {
+        let msg = Out::Text(self.out.clear());
+        self.send(msg, false);
+    }
+
+    fn stats(&self) -> LegStats {
+        self.stats
+    }
+
+    async fn finish(self, how: Finish, bound: Duration) -> Finished {
+        let (code, reason) = match &how {
+            Finish::Refuse(v) => (1008, v.detail.as_str()),
+            Finish::Transfer { .. } => (1000, "transferring"),
+            Finish::Hangup(_) | Finish::Release => (1000, ""),
+        };
+        Finished {
+            forced: self.writer.close(code, reason, bound).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dtmf_digits_are_single_keypad_characters() {
+        for ok in ["0", "9", "*", "#", "A", "D"] {
+            assert!(dtmf_digit(ok).is_some(), "{ok}");
+        }
+        for bad in ["", "12", "x", "E", " "] {
+            assert_eq!(dtmf_digit(bad), None, "{bad:?}");
+        }
+    }
+}
