@@ -1,11 +1,17 @@
-//! The sans-IO caller: Twilio's side of one call, as a state machine.
+//! The sans-IO caller: the carrier's side of one call, as a state machine.
 //!
-//! Inputs are the connection result, server text frames, the server's close
+//! Inputs are the connection result, server frames, the server's close
 //! and the passing of time; outputs are frames to send ([`Caller::poll_transmit`])
 //! and the next instant it needs to be woken ([`Caller::poll_timeout`]). It
 //! owns the 20 ms media clock, the playout buffer, mark echoes, the script
 //! and the owed-silence accounting. It never reads a clock: every `now` is the
 //! time since the call was dialled, so tests run it on a virtual clock.
+//!
+//! The behaviour is the same for every protocol ([`CallProtocol`]): only
+//! the framing differs, and that lives in [`crate::transport`]. The one
+//! protocol difference the core sees is whether a mark dropped by `clear`
+//! is echoed (Twilio: yes, at once; partner: never) — what the mark means
+//! to the script does not change.
 //!
 //! Polling order for a driver: feed one input (or `handle_timeout`), then drain
 //! `poll_transmit` until `None`, then stop if [`Caller::is_done`], else sleep
@@ -20,14 +26,14 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use media::g711;
+use media::format::AudioFormat;
 use media::synth::SpeechSynth;
 
 use crate::error::LoadError;
 use crate::ids::CallIds;
 use crate::playout::{PendingMark, Playout};
-use crate::record::{CallRecord, Outcome};
-use crate::wire::{self, FRAME_BYTES, ServerEvent};
+use crate::record::{CallRecord, Outcome, ServerError, TransferMessage};
+use crate::transport::{self, CallProtocol, Heard, Release, Wire};
 
 #[cfg(test)]
 mod tests;
@@ -64,6 +70,8 @@ pub struct CallPlan {
     pub call_timeout: Duration,
     /// Seed of the caller's synthetic voice.
     pub voice_seed: u64,
+    /// The protocol spoken, with its audio format.
+    pub protocol: CallProtocol,
 }
 
 /// One caller turn: a pause after the bot finished, then speech.
@@ -78,6 +86,8 @@ pub struct TurnPlan {
 pub enum Transmit {
     /// A JSON text frame.
     Text(String),
+    /// A binary frame (partner protocol audio).
+    Binary(Vec<u8>),
     /// Close the socket (after sending everything before it).
     Close,
 }
@@ -174,6 +184,21 @@ struct Counters {
     frames_sent: u64,
     frames_skipped: u64,
     max_lag: Duration,
+    /// Bot audio received since the current bot turn began.
+    turn_audio: Duration,
+    greeting_audio: Option<Duration>,
+    reply_audio: Vec<Duration>,
+    close_code: Option<u16>,
+}
+
+/// What the server said about the session in the partner protocol's
+/// control messages (Twilio has none of these).
+#[derive(Debug, Default)]
+struct ServerSaid {
+    session_id: Option<String>,
+    transfer: Option<TransferMessage>,
+    end: Option<String>,
+    error: Option<ServerError>,
 }
 
 #[derive(Debug)]
@@ -183,10 +208,14 @@ struct Finish {
     at: Duration,
 }
 
-/// Twilio's side of one call. See the module docs for the polling order.
+/// The carrier's side of one call. See the module docs for the polling order.
 #[derive(Debug)]
 pub struct Caller {
     plan: CallPlan,
+    /// The framing of the call's protocol.
+    wire: Wire,
+    /// The audio format of both directions.
+    audio: AudioFormat,
     voice: SpeechSynth,
     stage: Stage,
     playout: Playout<MarkRole>,
@@ -194,8 +223,6 @@ pub struct Caller {
     /// most `MAX_FRAME_LAG / FRAME` media frames plus one echo per pending
     /// mark (itself bounded), and the driver drains it after every input.
     outbox: VecDeque<Transmit>,
-    /// Last `sequenceNumber` used (`start` is 1).
-    seq: u64,
     started_at: Duration,
     next_frame: Option<Duration>,
     /// Start of the current owed stage; `None` when nothing is owed.
@@ -208,19 +235,22 @@ pub struct Caller {
     speech_ended_at: Duration,
     admitted: bool,
     counters: Counters,
+    said: ServerSaid,
     finish: Option<Finish>,
 }
 
 impl Caller {
     /// A caller about to dial; its clock's zero is the moment of dialling.
     pub fn new(plan: CallPlan) -> Caller {
+        let audio = plan.protocol.audio();
         Caller {
-            voice: SpeechSynth::new(8_000, plan.voice_seed),
+            wire: Wire::new(plan.protocol, plan.ids),
+            audio,
+            voice: SpeechSynth::new(audio.sample_rate, plan.voice_seed),
             plan,
             stage: Stage::Dialing,
             playout: Playout::default(),
             outbox: VecDeque::new(),
-            seq: 0,
             started_at: Duration::ZERO,
             next_frame: None,
             owed_from: None,
@@ -228,6 +258,7 @@ impl Caller {
             speech_ended_at: Duration::ZERO,
             admitted: false,
             counters: Counters::default(),
+            said: ServerSaid::default(),
             finish: None,
         }
     }
@@ -256,18 +287,16 @@ impl Caller {
 
     // ---- inputs --------------------------------------------------------
 
-    /// The WebSocket upgrade succeeded: send `connected` and `start`.
+    /// The WebSocket upgrade succeeded: open the session (Twilio:
+    /// `connected` and `start`; partner: `start`).
     pub fn handle_open(&mut self, now: Duration) {
         if !matches!(self.stage, Stage::Dialing) {
             return;
         }
         self.counters.connect = Some(now);
-        self.outbox.push_back(Transmit::Text(wire::connected()));
-        self.outbox.push_back(Transmit::Text(wire::start(
-            &self.plan.ids,
-            &self.plan.custom_parameters,
-        )));
-        self.seq = 1;
+        let opening = self.wire.opening(&self.plan.custom_parameters);
+        self.outbox.extend(opening);
+        self.counters.turn_audio = Duration::ZERO;
         self.started_at = now;
         self.next_frame = Some(now + FRAME);
         self.stage = Stage::AwaitBot {
@@ -277,12 +306,21 @@ impl Caller {
         self.owed_from = Some(now);
     }
 
-    /// The connection could not be made. An HTTP refusal is a rejection.
+    /// The connection could not be made. An HTTP 401 means our credentials
+    /// were refused (a failure); any other HTTP refusal is a rejection.
     pub fn handle_connect_error(&mut self, now: Duration, err: &LoadError) {
         if !matches!(self.stage, Stage::Dialing) {
             return;
         }
         let outcome = match err {
+            LoadError::Refused {
+                status: status @ 401,
+                body,
+                ..
+            } => Outcome::Unauthorized {
+                status: *status,
+                reason: body.clone(),
+            },
             LoadError::Refused { status, body, .. } => Outcome::Rejected {
                 how: format!("http_{status}"),
                 reason: body.clone(),
@@ -302,35 +340,34 @@ impl Caller {
         if !self.is_live() {
             return;
         }
-        match wire::parse(text, self.plan.ids.stream) {
-            Ok(ServerEvent::Media(ulaw)) => self.on_media(now, ulaw.len()),
-            Ok(ServerEvent::Mark(name)) => self.on_mark(now, name),
-            Ok(ServerEvent::Clear) => self.on_clear(now),
-            Ok(ServerEvent::Unknown(event)) => {
-                tracing::debug!(%event, "ignoring unknown server event");
-                self.counters.unknown_events += 1;
-            }
-            Err(err) => {
-                tracing::debug!(%err, "ignoring malformed server message");
-                self.counters.malformed_events += 1;
-            }
-        }
-        // A mark that arrived on an idle buffer is due right now.
-        self.advance(now);
+        let heard = self.wire.text(text);
+        self.on_heard(now, heard);
     }
 
-    /// A binary frame: Twilio only speaks text, so it is ignored and counted.
-    pub fn handle_binary(&mut self, now: Duration) {
+    /// A binary frame: partner audio (Twilio only speaks text, so there it
+    /// is ignored and counted as malformed).
+    pub fn handle_binary(&mut self, now: Duration, bytes: &[u8]) {
         self.advance(now);
-        self.counters.malformed_events += 1;
+        if !self.is_live() {
+            return;
+        }
+        let heard = self.wire.binary(bytes);
+        self.on_heard(now, heard);
     }
 
     /// The server closed the socket (or it ended without a close frame).
     pub fn handle_closed(&mut self, now: Duration, code: Option<u16>, reason: &str) {
+        if self.is_live() {
+            self.counters.close_code = code;
+        }
         let code = code.map_or_else(|| "none".to_string(), |c| c.to_string());
+        let after = match &self.said.error {
+            Some(e) => format!(" after error {} ({:?})", e.code, e.message),
+            None => String::new(),
+        };
         self.server_gone(
             now,
-            format!("server closed the socket (code {code} {reason:?})"),
+            format!("server closed the socket (code {code} {reason:?}){after}"),
         );
     }
 
@@ -380,6 +417,7 @@ impl Caller {
             ),
         };
         let c = &self.counters;
+        let ms = |d: &Duration| millis(*d);
         CallRecord {
             index: self.plan.index,
             call_sid: self.plan.ids.call,
@@ -401,6 +439,13 @@ impl Caller {
             max_send_lag_ms: millis(c.max_lag),
             end_reason,
             duration_ms: millis(at),
+            greeting_audio_ms: c.greeting_audio.as_ref().map(ms),
+            reply_audio_ms: c.reply_audio.iter().map(ms).collect(),
+            close_code: c.close_code,
+            session_id: self.said.session_id,
+            transfer: self.said.transfer,
+            end_message_reason: self.said.end,
+            server_error: self.said.error,
         }
     }
 
@@ -435,7 +480,7 @@ impl Caller {
             match timer {
                 Timer::Mark => {
                     if let Some(mark) = self.playout.pop_due(t) {
-                        self.echo(t, mark);
+                        self.echo(t, mark, Release::Played);
                     }
                 }
                 Timer::Silence => self.finish_silent(t),
@@ -469,27 +514,24 @@ impl Caller {
         }
         let payload = self.next_payload(due);
         self.counters.frames_sent += 1;
-        self.seq += 1;
         let timestamp = millis(due.saturating_sub(self.started_at + FRAME));
-        let text = wire::media(
-            self.seq,
-            self.plan.ids.stream,
-            self.counters.frames_sent,
-            timestamp,
-            &payload,
-        );
-        self.outbox.push_back(Transmit::Text(text));
+        let frame = self
+            .wire
+            .media(self.counters.frames_sent, timestamp, payload);
+        self.outbox.push_back(frame);
         self.next_frame = Some(due + FRAME);
     }
 
-    /// The caller's microphone for the frame ending at `t`.
-    fn next_payload(&mut self, t: Duration) -> [u8; FRAME_BYTES] {
-        let mut frame = [g711::ULAW_SILENCE; FRAME_BYTES];
+    /// The caller's microphone for the frame ending at `t`, in the call's
+    /// audio format.
+    fn next_payload(&mut self, t: Duration) -> Vec<u8> {
+        let frame_bytes = self.audio.frame_bytes();
+        let mut frame = vec![transport::silence_byte(self.audio); frame_bytes];
         if let Stage::Thinking { next, until } = self.stage
             && t >= until
         {
             let ms = self.plan.turns.get(next).map_or(0, |turn| turn.speech_ms);
-            let audio = g711::encode_ulaw(&self.voice.utterance(ms));
+            let audio = transport::encode(self.audio, &self.voice.utterance(ms));
             self.stage = Stage::Speaking {
                 utterance: next,
                 audio,
@@ -504,7 +546,7 @@ impl Caller {
         else {
             return frame;
         };
-        let end = (*pos + FRAME_BYTES).min(audio.len());
+        let end = (*pos + frame_bytes).min(audio.len());
         if let Some(chunk) = audio.get(*pos..end) {
             frame[..chunk.len()].copy_from_slice(chunk);
         }
@@ -513,6 +555,7 @@ impl Caller {
             let reply = *utterance + 1;
             self.counters.utterances_sent += 1;
             self.speech_ended_at = t;
+            self.counters.turn_audio = Duration::ZERO;
             self.stage = Stage::AwaitBot {
                 turn: BotTurn::Reply(reply),
                 audio_seen: false,
@@ -523,6 +566,46 @@ impl Caller {
     }
 
     // ---- server events -------------------------------------------------
+
+    fn on_heard(&mut self, now: Duration, heard: Result<Heard, LoadError>) {
+        match heard {
+            Ok(Heard::Audio(bytes)) => self.on_media(now, bytes),
+            Ok(Heard::Mark(name)) => self.on_mark(now, name),
+            Ok(Heard::Clear) => self.on_clear(now),
+            Ok(Heard::Started(session_id)) => {
+                if self.said.session_id.is_some() {
+                    self.counters.malformed_events += 1;
+                } else {
+                    self.said.session_id = Some(session_id);
+                }
+            }
+            Ok(Heard::Transfer { target, reason }) => {
+                self.said.transfer.get_or_insert(TransferMessage {
+                    target,
+                    reason: reason.clone(),
+                });
+                self.enter_terminal(now, TerminalKind::Transfer, reason);
+            }
+            Ok(Heard::End(reason)) => {
+                self.said.end.get_or_insert_with(|| reason.clone());
+                self.enter_terminal(now, TerminalKind::End, reason);
+            }
+            Ok(Heard::Error { code, message }) => {
+                tracing::debug!(%code, %message, "server reported a protocol error");
+                self.said.error.get_or_insert(ServerError { code, message });
+            }
+            Ok(Heard::Unknown(event)) => {
+                tracing::debug!(%event, "ignoring unknown server event");
+                self.counters.unknown_events += 1;
+            }
+            Err(err) => {
+                tracing::debug!(%err, "ignoring malformed server message");
+                self.counters.malformed_events += 1;
+            }
+        }
+        // A mark that arrived on an idle buffer is due right now.
+        self.advance(now);
+    }
 
     fn on_media(&mut self, now: Duration, bytes: usize) {
         if bytes == 0 {
@@ -546,12 +629,16 @@ impl Caller {
         if !self.playout.is_playing(now) && self.end_stretch(now) {
             return;
         }
+        let len = transport::playing_time(self.audio, bytes);
         match &mut self.stage {
-            Stage::AwaitBot { audio_seen, .. } => *audio_seen = true,
+            Stage::AwaitBot { audio_seen, .. } => {
+                *audio_seen = true;
+                self.counters.turn_audio += len;
+            }
             Stage::Terminal(term) => term.audio_seen = true,
             _ => {}
         }
-        self.playout.push_audio(now, bytes);
+        self.playout.push_audio(now, len);
     }
 
     fn on_mark(&mut self, now: Duration, name: String) {
@@ -580,7 +667,7 @@ impl Caller {
             if !self.is_live() {
                 break;
             }
-            self.echo(now, mark);
+            self.echo(now, mark, Release::Cleared);
         }
     }
 
@@ -593,7 +680,7 @@ impl Caller {
         if self.owed_from.is_none() {
             self.owed_from = Some(now);
         }
-        tracing::debug!(kind = kind.name(), %reason, "terminal mark received");
+        tracing::debug!(kind = kind.name(), %reason, "terminal mark or message received");
         let heard_from = self.prompt_started.filter(|_| audio_seen).unwrap_or(now);
         self.stage = Stage::Terminal(Terminal {
             kind,
@@ -604,11 +691,13 @@ impl Caller {
         });
     }
 
-    fn echo(&mut self, t: Duration, mark: PendingMark<MarkRole>) {
-        self.seq += 1;
-        let text = wire::mark(self.seq, self.plan.ids.stream, &mark.name);
-        self.outbox.push_back(Transmit::Text(text));
-        self.counters.marks_echoed += 1;
+    /// A mark left the playout buffer: echo it if the protocol does, and
+    /// act on what it means (the same for every protocol).
+    fn echo(&mut self, t: Duration, mark: PendingMark<MarkRole>, why: Release) {
+        if let Some(echo) = self.wire.echo(&mark.name, why) {
+            self.outbox.push_back(echo);
+            self.counters.marks_echoed += 1;
+        }
         match (mark.tag, &mut self.stage) {
             (
                 MarkRole::TurnEnd,
@@ -631,9 +720,16 @@ impl Caller {
             return;
         }
         self.owed_from = None;
+        let heard = std::mem::take(&mut self.counters.turn_audio);
         let done = match turn {
-            BotTurn::Greeting => 0,
-            BotTurn::Reply(n) => n,
+            BotTurn::Greeting => {
+                self.counters.greeting_audio = Some(heard);
+                0
+            }
+            BotTurn::Reply(n) => {
+                self.counters.reply_audio.push(heard);
+                n
+            }
         };
         match self.plan.turns.get(done) {
             Some(next) => {
@@ -728,9 +824,8 @@ impl Caller {
 
     /// The caller ends the call: `stop`, then close.
     fn hang_up(&mut self, t: Duration, outcome: Outcome, reason: String) {
-        self.seq += 1;
-        self.outbox
-            .push_back(Transmit::Text(wire::stop(self.seq, &self.plan.ids)));
+        let stop = self.wire.hang_up();
+        self.outbox.push_back(stop);
         self.outbox.push_back(Transmit::Close);
         self.finish(t, outcome, reason);
     }

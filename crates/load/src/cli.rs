@@ -9,13 +9,29 @@ use anyhow::Context as _;
 
 use crate::arrival::Arrival;
 use crate::config::LoadConfig;
+use crate::partner_wire::PartnerFormat;
+use crate::transport::Protocol;
 
 /// Arguments of `callgate load`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadArgs {
-    /// Media-stream WebSocket URL of the server under test.
-    #[arg(long, default_value = "ws://127.0.0.1:8080/v1/media-stream")]
-    pub url: String,
+    /// WebSocket URL of the server under test [default:
+    /// ws://127.0.0.1:8080/v1/media-stream, or .../v1/partner/stream with
+    /// `--protocol partner`].
+    #[arg(long)]
+    pub url: Option<String>,
+    /// Carrier protocol the callers speak: Twilio Media Streams, or
+    /// callgate's partner WebSocket (docs/partner-protocol.md).
+    #[arg(long, value_enum, default_value_t = Protocol::Twilio)]
+    pub protocol: Protocol,
+    /// Partner API key, sent as `Authorization: Bearer <key>` (partner
+    /// protocol only; without it the upgrade carries no credentials).
+    #[arg(long, env = "CALLGATE_PARTNER_KEY", hide_env_values = true)]
+    pub partner_key: Option<String>,
+    /// Partner audio format: `l16` (16-bit linear PCM, 16 kHz) or `pcmu`
+    /// (G.711 μ-law, 8 kHz).
+    #[arg(long, value_enum, default_value_t = PartnerFormat::L16)]
+    pub partner_format: PartnerFormat,
     /// Number of calls to place.
     #[arg(long, short = 'n', default_value_t = 1)]
     pub calls: usize,
@@ -69,8 +85,15 @@ impl LoadArgs {
             (Some(per_second), None) => Arrival::Rate { per_second },
             (None, None) => Arrival::AllAtOnce,
         };
+        let url = self
+            .url
+            .clone()
+            .unwrap_or_else(|| self.protocol.default_url().to_string());
         LoadConfig {
-            url: self.url.clone(),
+            url,
+            protocol: self.protocol,
+            partner_key: self.partner_key.clone(),
+            partner_format: self.partner_format,
             calls: self.calls,
             concurrency: self.concurrency.unwrap_or(0),
             arrival,
@@ -269,5 +292,41 @@ mod tests {
             .to_config();
         assert_eq!((fixed.utterances, fixed.utterances_max), (4, None));
         assert!(Cmd::try_parse_from(["load", "--rate", "2", "--ramp", "1:2:3s"]).is_err());
+        assert_eq!(
+            (cfg.protocol, cfg.url.as_str()),
+            (Protocol::Twilio, "ws://127.0.0.1:8080/v1/media-stream")
+        );
+    }
+
+    #[test]
+    fn partner_arguments_pick_the_partner_endpoint_key_and_format() {
+        let cfg = Cmd::parse_from([
+            "load",
+            "--protocol",
+            "partner",
+            "--partner-key",
+            "pk_live_123",
+        ])
+        .load
+        .to_config();
+        assert_eq!(cfg.protocol, Protocol::Partner);
+        assert_eq!(cfg.url, "ws://127.0.0.1:8080/v1/partner/stream");
+        assert_eq!(cfg.partner_key.as_deref(), Some("pk_live_123"));
+        assert_eq!(cfg.partner_format, PartnerFormat::L16);
+        let pcmu = Cmd::parse_from([
+            "load",
+            "--protocol",
+            "partner",
+            "--partner-format",
+            "pcmu",
+            "--url",
+            "wss://gw.example/v1/partner/stream",
+        ])
+        .load
+        .to_config();
+        assert_eq!(pcmu.partner_format, PartnerFormat::Pcmu);
+        assert_eq!(pcmu.url, "wss://gw.example/v1/partner/stream");
+        assert!(Cmd::try_parse_from(["load", "--protocol", "sip"]).is_err());
+        assert!(Cmd::try_parse_from(["load", "--partner-format", "opus"]).is_err());
     }
 }

@@ -9,6 +9,8 @@ use crate::arrival::Arrival;
 use crate::caller::{CallPlan, TurnPlan};
 use crate::error::LoadError;
 use crate::ids::{AccountSid, CallIds, CallSid, StreamSid};
+use crate::partner_wire::PartnerFormat;
+use crate::transport::{CallProtocol, Protocol};
 
 /// Longest utterance a caller may be configured to speak.
 const MAX_UTTERANCE_MS: u32 = 60_000;
@@ -21,8 +23,17 @@ const COUNT_STREAM: u64 = 0x6361_6c6c_2d6c_656e; // "call-len"
 /// Everything a load run needs.
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
-    /// `ws://host:port/v1/media-stream` (or `wss://`).
+    /// `ws://host:port/v1/media-stream` (or `wss://`); for the partner
+    /// protocol, `ws://host:port/v1/partner/stream`.
     pub url: String,
+    /// The carrier protocol every call speaks (default: Twilio).
+    pub protocol: Protocol,
+    /// Partner protocol: the API key, sent as `Authorization: Bearer <key>`
+    /// on the upgrade. `None` sends no `Authorization` header (a server
+    /// must then refuse with HTTP 401).
+    pub partner_key: Option<String>,
+    /// Partner protocol: the audio format negotiated in `start`.
+    pub partner_format: PartnerFormat,
     /// How many calls to place.
     pub calls: usize,
     /// Most calls in flight at once; `0` means no limit beyond `calls`.
@@ -56,7 +67,10 @@ pub struct LoadConfig {
 impl Default for LoadConfig {
     fn default() -> Self {
         LoadConfig {
-            url: "ws://127.0.0.1:8080/v1/media-stream".into(),
+            url: Protocol::Twilio.default_url().into(),
+            protocol: Protocol::Twilio,
+            partner_key: None,
+            partner_format: PartnerFormat::default(),
             calls: 1,
             concurrency: 0,
             arrival: Arrival::AllAtOnce,
@@ -93,6 +107,14 @@ impl LoadConfig {
         if self.calls == 0 {
             return bad("calls", "must be at least 1");
         }
+        if let Some(key) = &self.partner_key
+            && (key.is_empty() || http::HeaderValue::from_str(&format!("Bearer {key}")).is_err())
+        {
+            return bad(
+                "partner_key",
+                "must be non-empty and fit an HTTP header (visible ASCII)",
+            );
+        }
         if self.utterances > MAX_UTTERANCES {
             return bad("utterances", "must be at most 1000");
         }
@@ -119,6 +141,14 @@ impl LoadConfig {
             return bad("call_timeout", "must be positive");
         }
         self.arrival.validate()
+    }
+
+    /// The protocol of every call, with its audio format.
+    pub fn call_protocol(&self) -> CallProtocol {
+        match self.protocol {
+            Protocol::Twilio => CallProtocol::Twilio,
+            Protocol::Partner => CallProtocol::Partner(self.partner_format),
+        }
     }
 
     /// Calls allowed in flight at once.
@@ -170,6 +200,7 @@ impl LoadConfig {
             silence_threshold: self.silence_threshold,
             call_timeout: self.call_timeout,
             voice_seed: rng.random(),
+            protocol: self.call_protocol(),
         }
     }
 }
@@ -243,6 +274,14 @@ mod tests {
             }),
             "utterance_ms"
         );
+        let partner_key = Some("two\nlines".to_string());
+        assert_eq!(
+            field(LoadConfig {
+                partner_key,
+                ..LoadConfig::default()
+            }),
+            "partner_key"
+        );
         let arrival = Arrival::Rate { per_second: -1.0 };
         assert_eq!(
             field(LoadConfig {
@@ -313,6 +352,30 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn the_protocol_reaches_every_plan() {
+        let account = AccountSid::random();
+        assert_eq!(
+            LoadConfig::default().plan(0, account).protocol,
+            CallProtocol::Twilio
+        );
+        let partner = LoadConfig {
+            protocol: Protocol::Partner,
+            partner_format: PartnerFormat::Pcmu,
+            ..LoadConfig::default()
+        };
+        assert_eq!(
+            partner.plan(0, account).protocol,
+            CallProtocol::Partner(PartnerFormat::Pcmu)
+        );
+        // The audio format does not change what a call is planned to say.
+        let (a, b) = (
+            partner.plan(5, account),
+            LoadConfig::default().plan(5, account),
+        );
+        assert_eq!((a.turns, a.voice_seed), (b.turns, b.voice_seed));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Opening the media-stream WebSocket the way Twilio does.
+//! Opening the call's WebSocket the way the carrier does: Twilio signs the
+//! upgrade, a partner sends its API key as a bearer token.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -10,7 +11,9 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+use crate::config::LoadConfig;
 use crate::error::LoadError;
+use crate::transport::Protocol;
 
 /// The socket of one call.
 pub type CallSocket = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -42,6 +45,39 @@ pub fn twilio_signature(auth_token: &str, url: &str) -> Result<String, LoadError
     Ok(B64.encode(mac.finalize().into_bytes()))
 }
 
+/// How a call authenticates its upgrade.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// No credentials.
+    None,
+    /// Twilio: `X-Twilio-Signature` made with this auth token.
+    TwilioSignature(String),
+    /// Partner: `Authorization: Bearer <key>`.
+    Bearer(String),
+}
+
+impl Auth {
+    /// The credentials a run's calls present.
+    pub fn for_run(cfg: &LoadConfig) -> Auth {
+        let secret = match cfg.protocol {
+            Protocol::Twilio => cfg.auth_token.clone().map(Auth::TwilioSignature),
+            Protocol::Partner => cfg.partner_key.clone().map(Auth::Bearer),
+        };
+        secret.unwrap_or(Auth::None)
+    }
+}
+
+// Secrets stay out of logs and panics.
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Auth::None => "Auth::None",
+            Auth::TwilioSignature(_) => "Auth::TwilioSignature(..)",
+            Auth::Bearer(_) => "Auth::Bearer(..)",
+        })
+    }
+}
+
 /// Installs rustls's `ring` provider unless the process already has one:
 /// `wss://` handshakes panic inside tokio-tungstenite without it.
 pub fn ensure_crypto_provider() {
@@ -51,12 +87,21 @@ pub fn ensure_crypto_provider() {
     }
 }
 
-/// Plain HTTP/1.1 upgrade, no subprotocol, optionally signed.
+/// Plain HTTP/1.1 upgrade, no subprotocol, optionally signed (Twilio).
+///
+/// # Errors
+/// As [`connect_with`].
+pub async fn connect(url: &str, auth_token: Option<&str>) -> Result<CallSocket, LoadError> {
+    let auth = auth_token.map_or(Auth::None, |t| Auth::TwilioSignature(t.to_string()));
+    connect_with(url, &auth).await
+}
+
+/// Plain HTTP/1.1 upgrade, no subprotocol, with `auth`'s header.
 ///
 /// # Errors
 /// [`LoadError::Refused`] when the server answers with an HTTP status,
 /// [`LoadError::Connect`] for anything else.
-pub async fn connect(url: &str, auth_token: Option<&str>) -> Result<CallSocket, LoadError> {
+pub async fn connect_with(url: &str, auth: &Auth) -> Result<CallSocket, LoadError> {
     let failed = |detail: String| LoadError::Connect {
         url: url.to_string(),
         detail,
@@ -64,10 +109,16 @@ pub async fn connect(url: &str, auth_token: Option<&str>) -> Result<CallSocket, 
     let mut request = url
         .into_client_request()
         .map_err(|e| failed(e.to_string()))?;
-    if let Some(token) = auth_token {
-        let signature = twilio_signature(token, url)?;
-        let value = http::HeaderValue::from_str(&signature).map_err(|e| failed(e.to_string()))?;
-        request.headers_mut().insert("X-Twilio-Signature", value);
+    let header = match auth {
+        Auth::None => None,
+        Auth::TwilioSignature(token) => Some(("X-Twilio-Signature", twilio_signature(token, url)?)),
+        Auth::Bearer(key) => Some(("Authorization", format!("Bearer {key}"))),
+    };
+    if let Some((name, value)) = header {
+        // The value is a secret: the error names the header, not the value.
+        let value = http::HeaderValue::from_str(&value)
+            .map_err(|_| failed(format!("{name} is not a valid header value")))?;
+        request.headers_mut().insert(name, value);
     }
     let config = WebSocketConfig::default().read_buffer_size(READ_BUFFER_BYTES);
     match tokio_tungstenite::connect_async_with_config(request, Some(config), false).await {

@@ -12,7 +12,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing::Instrument;
 
 use crate::caller::{CallPlan, Caller, Transmit, millis};
-use crate::connect::{CallSocket, connect};
+use crate::connect::{Auth, CallSocket, connect_with};
 use crate::error::LoadError;
 use crate::progress::Progress;
 use crate::record::{CallRecord, Outcome};
@@ -29,7 +29,7 @@ pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone)]
 pub struct Dial {
     pub url: String,
-    pub auth_token: Option<String>,
+    pub auth: Auth,
 }
 
 /// Places one call and returns what it recorded. Never panics on a bad server.
@@ -44,7 +44,7 @@ async fn place(plan: CallPlan, dial: &Dial, progress: &Arc<Progress>) -> CallRec
     let mut caller = Caller::new(plan);
     progress.call_started();
     let limit = CONNECT_TIMEOUT.min(call_timeout);
-    match timeout(limit, connect(&dial.url, dial.auth_token.as_deref())).await {
+    match timeout(limit, connect_with(&dial.url, &dial.auth)).await {
         Ok(Ok(socket)) => {
             tracing::debug!("connected");
             let _active = progress.connected();
@@ -107,7 +107,7 @@ type Incoming = Option<Result<Message, tokio_tungstenite::tungstenite::Error>>;
 fn receive(caller: &mut Caller, msg: Incoming, now: Duration) {
     match msg {
         Some(Ok(Message::Text(text))) => caller.handle_text(now, text.as_str()),
-        Some(Ok(Message::Binary(_))) => caller.handle_binary(now),
+        Some(Ok(Message::Binary(bytes))) => caller.handle_binary(now, &bytes),
         Some(Ok(Message::Close(frame))) => {
             let (code, reason) = frame.map_or((None, String::new()), |f| {
                 (Some(u16::from(f.code)), f.reason.as_str().to_string())
@@ -130,23 +130,24 @@ fn receive(caller: &mut Caller, msg: Incoming, now: Duration) {
 
 /// Sends everything the caller queued. `Ok(true)` when it asked to close.
 async fn flush(caller: &mut Caller, socket: &mut CallSocket) -> Result<bool, String> {
-    let mut texts = Vec::new();
+    let mut frames = Vec::new();
     let mut close = false;
     while let Some(tx) = caller.poll_transmit() {
         match tx {
-            Transmit::Text(text) => texts.push(text),
+            Transmit::Text(text) => frames.push(Message::text(text)),
+            Transmit::Binary(bytes) => frames.push(Message::binary(bytes)),
             Transmit::Close => {
                 close = true;
                 break;
             }
         }
     }
-    if texts.is_empty() {
+    if frames.is_empty() {
         return Ok(close);
     }
     let send = async {
-        for text in texts {
-            socket.feed(Message::text(text)).await?;
+        for frame in frames {
+            socket.feed(frame).await?;
         }
         socket.flush().await
     };
@@ -176,6 +177,9 @@ fn log_end(record: &CallRecord) {
         }
         Outcome::Rejected { how, reason, .. } => {
             tracing::info!(outcome, %how, %reason, "call rejected")
+        }
+        Outcome::Unauthorized { status, reason } => {
+            tracing::warn!(outcome, status, %reason, "upgrade unauthorized")
         }
         _ => tracing::info!(outcome, duration_ms = record.duration_ms, "call ended"),
     }

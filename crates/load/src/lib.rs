@@ -1,10 +1,16 @@
-//! `callgate-load` — `callgate load`: scripted Twilio-protocol callers that
-//! measure what a caller would actually hear.
+//! `callgate-load` — `callgate load`: scripted callers that measure what a
+//! caller would actually hear, over Twilio Media Streams or callgate's
+//! partner WebSocket ([`Protocol`]).
 //!
 //! What it is: an independent implementation of *Twilio's* side of a
-//! bidirectional Media Stream. Each call dials `ws://host:port/v1/media-stream`
-//! (signed with `X-Twilio-Signature` when a token is set), sends `connected`,
-//! `start` and a 20 ms `media` frame for the whole call, plays the server's
+//! bidirectional Media Stream, and of a *partner's* side of
+//! `docs/partner-protocol.md`. A Twilio call dials
+//! `ws://host:port/v1/media-stream` (signed with `X-Twilio-Signature` when a
+//! token is set), sends `connected`, `start` and a 20 ms `media` frame for
+//! the whole call; a partner call dials `ws://host:port/v1/partner/stream`
+//! with `Authorization: Bearer <key>`, sends `start` and a binary 20 ms
+//! frame (16-bit linear 16 kHz or μ-law 8 kHz) for the whole call. Either
+//! way it plays the server's
 //! audio through a simulated phone buffer, echoes marks when playout reaches
 //! them, and follows a script: greeting → (think, speak, await reply) × N →
 //! `stop`, where N is fixed or drawn per call from a range (call-length
@@ -14,14 +20,18 @@
 //! exceeds the threshold.
 //!
 //! What it never does: share code with the server (it does not depend on the
-//! `callgate` crate), trust the server's view of a call, or wait without a
-//! deadline. The protocol logic is a sans-IO state machine ([`Caller`]) with
-//! no socket and no clock; the async shell only moves bytes and sleeps.
+//! `callgate` crate, and has its own wire code for both protocols), trust
+//! the server's view of a call, or wait without a deadline. The protocol
+//! logic is a sans-IO state machine ([`Caller`]) with no socket and no
+//! clock, the same for both protocols; their framing differs only in
+//! [`transport`]. The async shell only moves bytes and sleeps.
 //!
 //! Mark names carry meaning (the server's convention): `turn-<n>` ends a bot
 //! turn; `callgate-overflow:<reason>`, `callgate-transfer:<reason>` and
 //! `callgate-end:<reason>` end the call's conversation, after which the server
-//! must close the socket.
+//! must close the socket. The partner protocol carries the same marks,
+//! followed by a `transfer` or `end` message; outcomes are classified from
+//! the marks for both protocols, and the messages are recorded as well.
 //!
 //! How to drive it:
 //!
@@ -50,10 +60,12 @@ pub mod connect;
 pub mod driver;
 pub mod error;
 pub mod ids;
+pub mod partner_wire;
 pub mod playout;
 pub mod progress;
 pub mod record;
 pub mod report;
+pub mod transport;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -67,10 +79,13 @@ use tokio::time::Instant;
 pub use arrival::Arrival;
 pub use caller::{CallPlan, Caller, MAX_FRAME_LAG, Transmit, TurnPlan};
 pub use config::LoadConfig;
+pub use connect::Auth;
 pub use error::{ErrorSource, LoadError};
 pub use ids::{AccountSid, CallIds, CallSid, StreamSid};
-pub use record::{CallRecord, Outcome};
+pub use partner_wire::PartnerFormat;
+pub use record::{CallRecord, Outcome, ServerError, TransferMessage};
 pub use report::{LoadReport, Percentiles, Summary};
+pub use transport::{CallProtocol, Protocol};
 
 use driver::Dial;
 use progress::Progress;
@@ -115,7 +130,7 @@ async fn place_all(
     let limit = Arc::new(Semaphore::new(cfg.in_flight_limit()));
     let dial = Arc::new(Dial {
         url: cfg.url.clone(),
-        auth_token: cfg.auth_token.clone(),
+        auth: Auth::for_run(cfg),
     });
     let mut tasks = JoinSet::new();
     // Kept to record a call whose task died (it cannot report itself).

@@ -1,6 +1,6 @@
 //! The phone's playout buffer, modelled the way Twilio plays a stream.
 //!
-//! Audio from the server queues behind whatever is still playing and drains
+//! Audio from the server (measured as playing time, whatever its format) queues behind whatever is still playing and drains
 //! in real time; a mark is due when the audio queued before it has played;
 //! `clear` drops the unplayed audio and makes every pending mark due at once.
 //! Time is an argument (`Duration` since the call was dialled), so the buffer
@@ -15,7 +15,8 @@ use std::time::Duration;
 /// bounds memory against a runaway server.
 pub const MAX_PENDING_MARKS: usize = 256;
 
-/// Playing time of one μ-law byte at 8 kHz.
+/// Playing time of one μ-law byte at 8 kHz (a 16-bit sample at 16 kHz is
+/// half of it).
 pub const ULAW_BYTE: Duration = Duration::from_micros(125);
 
 /// A mark waiting to be echoed.
@@ -62,9 +63,9 @@ impl<T> Playout<T> {
         self.tail_end > now
     }
 
-    /// Queues `bytes` of μ-law behind whatever is playing.
-    pub fn push_audio(&mut self, now: Duration, bytes: usize) {
-        let len = ULAW_BYTE * u32::try_from(bytes).unwrap_or(u32::MAX);
+    /// Queues audio playing for `len` behind whatever is playing (the
+    /// caller converts bytes to time for its audio format).
+    pub fn push_audio(&mut self, now: Duration, len: Duration) {
         self.tail_end = self.tail_end.max(now) + len;
         self.queued += len;
     }
@@ -131,8 +132,8 @@ mod tests {
     #[test]
     fn audio_queues_behind_playing_audio_and_marks_wait_for_it() {
         let mut p = Playout::default();
-        p.push_audio(MS * 100, 1_600); // 200 ms
-        p.push_audio(MS * 150, 800); // queued behind: ends at 400 ms
+        p.push_audio(MS * 100, ULAW_BYTE * 1_600); // 200 ms
+        p.push_audio(MS * 150, ULAW_BYTE * 800); // queued behind: ends at 400 ms
         p.push_mark(MS * 160, "turn-1".into(), ()).unwrap();
         assert_eq!(p.tail_end(), MS * 400);
         assert_eq!(p.next_mark_due(), Some(MS * 400));
@@ -144,7 +145,7 @@ mod tests {
     #[test]
     fn a_mark_on_an_idle_buffer_is_due_at_once() {
         let mut p = Playout::default();
-        p.push_audio(Duration::ZERO, 160);
+        p.push_audio(Duration::ZERO, ULAW_BYTE * 160);
         p.push_mark(MS * 50, "late".into(), 7).unwrap();
         let m = p.pop_due(MS * 50).unwrap();
         assert_eq!((m.due, m.tag), (MS * 50, 7));
@@ -153,9 +154,9 @@ mod tests {
     #[test]
     fn clear_drops_unplayed_audio_and_releases_marks() {
         let mut p = Playout::default();
-        p.push_audio(Duration::ZERO, 8_000); // 1 s
+        p.push_audio(Duration::ZERO, ULAW_BYTE * 8_000); // 1 s
         p.push_mark(Duration::ZERO, "a".into(), ()).unwrap();
-        p.push_audio(Duration::ZERO, 8_000);
+        p.push_audio(Duration::ZERO, ULAW_BYTE * 8_000);
         p.push_mark(Duration::ZERO, "b".into(), ()).unwrap();
         let released = p.clear(MS * 300);
         assert_eq!(
@@ -171,7 +172,7 @@ mod tests {
     #[test]
     fn pending_marks_are_bounded() {
         let mut p = Playout::default();
-        p.push_audio(Duration::ZERO, 8_000);
+        p.push_audio(Duration::ZERO, ULAW_BYTE * 8_000);
         for i in 0..MAX_PENDING_MARKS {
             p.push_mark(Duration::ZERO, i.to_string(), ()).unwrap();
         }

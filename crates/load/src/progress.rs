@@ -70,7 +70,7 @@ impl Progress {
         let counter = match outcome {
             Outcome::Rejected { .. } => &self.rejected,
             Outcome::Silent { .. } => &self.silent,
-            Outcome::Failed { .. } => &self.failed,
+            Outcome::Failed { .. } | Outcome::Unauthorized { .. } => &self.failed,
             _ => return,
         };
         counter.fetch_add(1, Ordering::Relaxed);

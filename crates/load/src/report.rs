@@ -65,6 +65,9 @@ pub struct Summary {
     pub ended_by_bot: usize,
     pub failed: usize,
     pub silent: usize,
+    /// Upgrades refused with HTTP 401 (the run's credentials are wrong).
+    #[serde(default)]
+    pub unauthorized: usize,
     /// Rejections whose overflow prompt played to its end.
     pub rejected_prompt_heard: usize,
     pub time_to_first_audio_ms: Percentiles,
@@ -95,6 +98,7 @@ impl Summary {
             ended_by_bot: count(|o| matches!(o, Outcome::EndedByBot { .. })),
             failed: count(|o| matches!(o, Outcome::Failed { .. })),
             silent: count(|o| matches!(o, Outcome::Silent { .. })),
+            unauthorized: count(|o| matches!(o, Outcome::Unauthorized { .. })),
             rejected_prompt_heard: count(|o| {
                 matches!(
                     o,
@@ -229,8 +233,13 @@ impl LoadReport {
             ("ended_by_bot", s.ended_by_bot),
             ("failed", s.failed),
             ("silent", s.silent),
+            ("unauthorized", s.unauthorized),
         ];
         for (name, n) in rows {
+            // Only a misconfigured run has unauthorized calls: no row otherwise.
+            if name == "unauthorized" && n == 0 {
+                continue;
+            }
             writeln!(w, "  {name:<14}{n:>7}{}", self.detail(name))?;
         }
         writeln!(
@@ -289,6 +298,7 @@ impl LoadReport {
         for c in failures.iter().take(MAX_LISTED_FAILURES) {
             let what = match &c.outcome {
                 Outcome::Silent { phase } => format!("silent ({phase})"),
+                Outcome::Unauthorized { status, .. } => format!("unauthorized (HTTP {status})"),
                 other => other.label().to_string(),
             };
             writeln!(
@@ -348,6 +358,7 @@ mod tests {
             max_send_lag_ms: 3,
             end_reason: "why".into(),
             duration_ms: 10 + index as u64,
+            ..CallRecord::default()
         }
     }
 
@@ -382,15 +393,27 @@ mod tests {
             ),
             record(0, Outcome::Completed, Some(100), vec![400, 500]),
             record(1, rejected, None, vec![]),
+            record(
+                3,
+                Outcome::Unauthorized {
+                    status: 401,
+                    reason: "unknown key".into(),
+                },
+                None,
+                vec![],
+            ),
         ];
         let report = LoadReport::new(calls, Duration::from_secs(2));
         let s = &report.summary;
-        assert_eq!((s.total, s.completed, s.rejected, s.silent), (3, 1, 1, 1));
+        assert_eq!(
+            (s.total, s.completed, s.rejected, s.silent, s.unauthorized),
+            (4, 1, 1, 1, 1)
+        );
         assert_eq!(s.time_to_first_audio_ms.count, 2);
         assert_eq!(s.reply_latency_ms.max, Some(500));
-        assert_eq!(s.max_owed_silence_ms, 200);
+        assert_eq!(s.max_owed_silence_ms, 300);
         let u = &s.utterances_planned;
-        assert_eq!((u.count, u.min, u.max), (3, Some(2), Some(4)));
+        assert_eq!((u.count, u.min, u.max), (4, Some(2), Some(5)));
         // Only the completed call counts towards the served duration.
         let d = &s.completed_duration_ms;
         assert_eq!((d.count, d.max), (1, Some(10)));
@@ -402,13 +425,16 @@ mod tests {
         let table = String::from_utf8(table).unwrap();
         assert!(table.contains("http_503: 1"), "{table}");
         assert!(table.contains("silent (reply_1)"), "{table}");
+        assert!(table.contains("unauthorized (HTTP 401)"), "{table}");
+        assert!(table.contains("  unauthorized        1"), "{table}");
         assert!(
-            table.contains("utterances per call: min 2 p50 3 max 4"),
+            table.contains("utterances per call: min 2 p50 3 max 5"),
             "{table}"
         );
 
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["summary"]["silent"], 1);
-        assert_eq!(json["calls"].as_array().unwrap().len(), 3);
+        assert_eq!(json["calls"].as_array().unwrap().len(), 4);
+        assert_eq!(json["summary"]["unauthorized"], 1);
     }
 }

@@ -127,3 +127,7 @@ impl Simulators {
 #[cfg(test)]
 #[path = "../../../fuzz/smoke/mutator.rs"]
 mod smoke_mutator;
+
+/// A raw WebSocket client for the simulators' socket-level tests.
+#[cfg(test)]
+mod test_ws;

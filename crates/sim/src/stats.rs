@@ -4,9 +4,15 @@
 //! accepted session holds a [`SessionGuard`]; dropping it (on any exit path)
 //! closes the session in the counts, so a test that reads `open_sessions == 0`
 //! knows the *client* closed everything, not that the simulator forgot.
+//!
+//! Besides the counts, the STT and TTS simulators keep [`FormatCounts`]
+//! (sessions accepted per audio format) and a [`RecentSessions`] log of
+//! per-session records (what each session asked for and how much audio went
+//! through it), so a test can check what one call actually negotiated.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
 
@@ -89,9 +95,104 @@ impl Drop for SessionGuard {
     }
 }
 
+/// How many per-session records a simulator keeps. Older ones are dropped
+/// (oldest first), so a long load run cannot grow the log without bound;
+/// the counts in the snapshots are never dropped.
+pub const RECENT_SESSIONS: usize = 1_024;
+
+/// Sessions accepted per audio format (keys chosen by each simulator).
+#[derive(Debug, Default)]
+pub struct FormatCounts {
+    counts: Mutex<BTreeMap<String, u64>>,
+}
+
+impl FormatCounts {
+    /// Counts one accepted session of `format`.
+    pub fn count(&self, format: &str) {
+        // Plain counters: a panic elsewhere cannot leave them half-written.
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        match counts.get_mut(format) {
+            Some(n) => *n += 1,
+            None => {
+                counts.insert(format.to_owned(), 1);
+            }
+        }
+    }
+
+    /// The counts so far.
+    pub fn snapshot(&self) -> BTreeMap<String, u64> {
+        self.counts
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// The records of the last [`RECENT_SESSIONS`] sessions, in acceptance
+/// order. Each record is shared with its session task, which updates it in
+/// place (its own lock or atomics, so sessions never contend here except
+/// when one opens).
+#[derive(Debug)]
+pub struct RecentSessions<T> {
+    records: Mutex<VecDeque<Arc<T>>>,
+}
+
+impl<T> Default for RecentSessions<T> {
+    fn default() -> Self {
+        RecentSessions {
+            records: Mutex::new(VecDeque::new()),
+        }
+    }
+}
+
+impl<T> RecentSessions<T> {
+    /// Adds the record of a session just accepted, dropping the oldest
+    /// beyond [`RECENT_SESSIONS`].
+    pub fn push(&self, record: Arc<T>) {
+        let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        if records.len() >= RECENT_SESSIONS {
+            records.pop_front();
+        }
+        records.push_back(record);
+    }
+
+    /// A snapshot of every kept record, oldest first.
+    pub fn snapshot<R>(&self, view: impl Fn(&T) -> R) -> Vec<R> {
+        // Clone the handles first so `view` never runs under the log lock.
+        let records: Vec<Arc<T>> = self
+            .records
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect();
+        records.iter().map(|r| view(r)).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn format_counts_and_the_recent_log_are_bounded_and_ordered() {
+        let f = FormatCounts::default();
+        f.count("mulaw/8000");
+        f.count("linear16/16000");
+        f.count("mulaw/8000");
+        let snap = f.snapshot();
+        assert_eq!(snap.get("mulaw/8000"), Some(&2));
+        assert_eq!(snap.get("linear16/16000"), Some(&1));
+
+        let log = RecentSessions::default();
+        for i in 0..RECENT_SESSIONS as u64 + 3 {
+            log.push(Arc::new(i));
+        }
+        let kept = log.snapshot(|n| *n);
+        assert_eq!(kept.len(), RECENT_SESSIONS);
+        assert_eq!(kept[0], 3);
+        assert_eq!(*kept.last().unwrap(), RECENT_SESSIONS as u64 + 2);
+    }
 
     #[test]
     fn cap_refuses_and_guards_release() {

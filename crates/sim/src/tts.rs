@@ -1,8 +1,10 @@
 //! An ElevenLabs-compatible `multi-stream-input` TTS simulator.
 //!
 //! Routes: `GET /v1/text-to-speech/{voice_id}/multi-stream-input` (WebSocket),
-//! `GET /stats` (session counts plus `open_contexts`), `GET`/`PUT
-//! /admin/config`. Audio is speech-like sound whose length is proportional
+//! `GET /stats` ([`TtsStats`]: session counts, `open_contexts`, sockets per
+//! `output_format`, audio generated), `GET /stats/sessions`
+//! ([`TtsSessionRecord`]s of the most recent sockets, with the audio of each
+//! context), `GET`/`PUT /admin/config`. Audio is speech-like sound whose length is proportional
 //! to the text (`chars / chars_per_second`), generated `realtime_factor`
 //! times faster than real time, in chunks of about 200 ms with per-character
 //! alignment.
@@ -15,13 +17,13 @@ mod audio;
 pub mod protocol;
 mod socket;
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{Path, Query, State};
+use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -32,8 +34,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use audio::OutputFormat;
 
-use crate::stats::{SessionGuard, SessionStats, StatsSnapshot};
-use protocol::{CoreParams, SocketCore};
+use crate::stats::{FormatCounts, RecentSessions, SessionGuard, SessionStats};
+use protocol::{AudioTally, CoreParams, SocketCore};
+
+pub use protocol::ContextAudio;
 
 /// Largest `inactivity_timeout` a client may ask for (ElevenLabs' limit).
 pub const MAX_INACTIVITY_TIMEOUT_S: u64 = 180;
@@ -89,12 +93,138 @@ impl Default for TtsSimConfig {
     }
 }
 
-/// `GET /stats`: the session snapshot plus contexts open across sockets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// `GET /stats` and [`TtsSim::stats`]: the session counts (same keys as
+/// [`StatsSnapshot`](crate::stats::StatsSnapshot), a session being a socket), contexts open across
+/// sockets, sockets per `output_format` and the audio generated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TtsStats {
-    #[serde(flatten)]
-    pub sessions: StatsSnapshot,
+    /// Sockets open right now.
+    pub open_sessions: u64,
+    /// Most sockets open at once since start.
+    pub peak_sessions: u64,
+    /// Sockets accepted since start.
+    pub total_sessions: u64,
+    /// Upgrades refused at the cap (429).
+    pub rejected_sessions: u64,
+    /// Sockets (or upgrades) ended by an injected fault.
+    pub faulted_sessions: u64,
+    /// Contexts open across all sockets right now.
     pub open_contexts: u64,
+    /// Sockets accepted per `output_format` query value as the simulator
+    /// understood it (`"ulaw_8000"`, `"pcm_16000"`…; absent → `"ulaw_8000"`).
+    #[serde(default)]
+    pub output_formats: BTreeMap<String, u64>,
+    /// Encoded audio bytes sent, all sockets.
+    #[serde(default)]
+    pub audio_bytes: u64,
+    /// Playing time of that audio in ms, all sockets.
+    #[serde(default)]
+    pub audio_ms: u64,
+}
+
+/// What one accepted socket asked for and the audio it was sent
+/// (`GET /stats/sessions`, [`TtsSim::sessions`]). Kept for the last
+/// [`RECENT_SESSIONS`](crate::stats::RECENT_SESSIONS) sockets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TtsSessionRecord {
+    /// 1-based, in acceptance order.
+    pub session: u64,
+    /// Path and query of the upgrade request, as received.
+    pub request: String,
+    pub voice_id: String,
+    /// The `output_format` in force, as counted in [`TtsStats::output_formats`].
+    pub output_format: String,
+    /// Audio messages sent on this socket.
+    pub chunks: u64,
+    /// Encoded audio bytes sent on this socket.
+    pub audio_bytes: u64,
+    /// Playing time of that audio in ms.
+    pub audio_ms: u64,
+    /// The same per context id (`"ctx-1"`…), for the first
+    /// [`MAX_TALLIED_CONTEXTS`](protocol::MAX_TALLIED_CONTEXTS) ids.
+    pub contexts: BTreeMap<String, ContextAudio>,
+    /// False once the socket's task has ended.
+    pub open: bool,
+}
+
+/// The shared side of a [`TtsSessionRecord`], updated by its socket task.
+#[derive(Debug)]
+struct SocketCell {
+    session: u64,
+    request: String,
+    voice_id: String,
+    output_format: String,
+    audio: Mutex<AudioTally>,
+    open: AtomicBool,
+}
+
+impl SocketCell {
+    fn record(&self) -> TtsSessionRecord {
+        let audio = self
+            .audio
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        TtsSessionRecord {
+            session: self.session,
+            request: self.request.clone(),
+            voice_id: self.voice_id.clone(),
+            output_format: self.output_format.clone(),
+            chunks: audio.total.chunks,
+            audio_bytes: audio.total.audio_bytes,
+            audio_ms: audio.total.audio_ms,
+            contexts: audio.contexts,
+            open: self.open.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// A socket task's handle on its record; dropping it (the socket ended, or
+/// its upgrade never completed) marks the record closed.
+#[derive(Debug)]
+pub(crate) struct LiveSocket {
+    cell: Arc<SocketCell>,
+    /// Simulator-wide totals (`TtsStats::audio_bytes`, `audio_ms`).
+    totals: Arc<AudioTotals>,
+    /// Chunks already copied into the record and the totals.
+    synced_chunks: u64,
+}
+
+impl LiveSocket {
+    /// Copies the core's tally into the record if audio went out since the
+    /// last call.
+    pub(crate) fn sync(&mut self, tally: &AudioTally) {
+        if tally.total.chunks == self.synced_chunks {
+            return;
+        }
+        self.synced_chunks = tally.total.chunks;
+        let mut audio = self
+            .cell
+            .audio
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        self.totals.bytes.fetch_add(
+            tally.total.audio_bytes - audio.total.audio_bytes,
+            Ordering::Relaxed,
+        );
+        self.totals.ms.fetch_add(
+            tally.total.audio_ms - audio.total.audio_ms,
+            Ordering::Relaxed,
+        );
+        audio.clone_from(tally);
+    }
+}
+
+impl Drop for LiveSocket {
+    fn drop(&mut self) {
+        self.cell.open.store(false, Ordering::Release);
+    }
+}
+
+#[derive(Debug, Default)]
+struct AudioTotals {
+    bytes: AtomicU64,
+    ms: AtomicU64,
 }
 
 /// The TTS simulator. Clones share configuration and counts.
@@ -106,6 +236,10 @@ pub struct TtsSim {
     open_contexts: Arc<AtomicU64>,
     /// Numbers sockets for logs and synthesiser seeds.
     next_socket: Arc<AtomicU64>,
+    formats: Arc<FormatCounts>,
+    sessions: Arc<RecentSessions<SocketCell>>,
+    next_session: Arc<AtomicU64>,
+    totals: Arc<AudioTotals>,
 }
 
 impl TtsSim {
@@ -116,12 +250,53 @@ impl TtsSim {
             stats: Arc::new(SessionStats::default()),
             open_contexts: Arc::new(AtomicU64::new(0)),
             next_socket: Arc::new(AtomicU64::new(1)),
+            formats: Arc::new(FormatCounts::default()),
+            sessions: Arc::new(RecentSessions::default()),
+            next_session: Arc::new(AtomicU64::new(1)),
+            totals: Arc::new(AudioTotals::default()),
         }
     }
 
-    /// Session counts (sockets).
-    pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot()
+    /// Session (socket) counts, open contexts, sockets per output format
+    /// and the audio generated.
+    pub fn stats(&self) -> TtsStats {
+        let sessions = self.stats.snapshot();
+        TtsStats {
+            open_sessions: sessions.open_sessions,
+            peak_sessions: sessions.peak_sessions,
+            total_sessions: sessions.total_sessions,
+            rejected_sessions: sessions.rejected_sessions,
+            faulted_sessions: sessions.faulted_sessions,
+            open_contexts: self.open_contexts(),
+            output_formats: self.formats.snapshot(),
+            audio_bytes: self.totals.bytes.load(Ordering::Relaxed),
+            audio_ms: self.totals.ms.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Records of the most recent sockets, oldest first.
+    pub fn sessions(&self) -> Vec<TtsSessionRecord> {
+        self.sessions.snapshot(SocketCell::record)
+    }
+
+    /// Counts and records one accepted socket.
+    fn record_session(&self, params: &CoreParams, request: String, voice_id: String) -> LiveSocket {
+        let output_format = params.format.to_string();
+        self.formats.count(&output_format);
+        let cell = Arc::new(SocketCell {
+            session: self.next_session.fetch_add(1, Ordering::Relaxed),
+            request,
+            voice_id,
+            output_format,
+            audio: Mutex::new(AudioTally::default()),
+            open: AtomicBool::new(true),
+        });
+        self.sessions.push(Arc::clone(&cell));
+        LiveSocket {
+            cell,
+            totals: Arc::clone(&self.totals),
+            synced_chunks: 0,
+        }
     }
 
     /// Contexts open across all sockets right now.
@@ -155,6 +330,7 @@ impl TtsSim {
                 get(upgrade),
             )
             .route("/stats", get(stats))
+            .route("/stats/sessions", get(sessions))
             .route("/admin/config", get(get_config).put(put_config))
             .with_state(state)
     }
@@ -293,6 +469,7 @@ impl IntoResponse for Refusal {
 async fn upgrade(
     State(served): State<Served>,
     Path(voice_id): Path<String>,
+    OriginalUri(uri): OriginalUri,
     Query(query): Query<HashMap<String, String>>,
     headers: HeaderMap,
     ws: WebSocketUpgrade,
@@ -308,6 +485,12 @@ async fn upgrade(
             return refused.into_response();
         }
     };
+    let request = uri
+        .path_and_query()
+        .map_or_else(|| uri.path().to_owned(), |pq| pq.as_str().to_owned());
+    let record = served
+        .sim
+        .record_session(&params, request, voice_id.clone());
     let task = socket::SocketTask {
         guard,
         stats: Arc::clone(&served.sim.stats),
@@ -315,6 +498,7 @@ async fn upgrade(
         cancel: served.cancel.child_token(),
         socket_no: params.seed,
         voice_id,
+        record,
     };
     ws.read_buffer_size(8 * 1024)
         .on_upgrade(move |websocket| async move {
@@ -324,10 +508,11 @@ async fn upgrade(
 }
 
 async fn stats(State(served): State<Served>) -> Json<TtsStats> {
-    Json(TtsStats {
-        sessions: served.sim.stats(),
-        open_contexts: served.sim.open_contexts(),
-    })
+    Json(served.sim.stats())
+}
+
+async fn sessions(State(served): State<Served>) -> Json<Vec<TtsSessionRecord>> {
+    Json(served.sim.sessions())
 }
 
 async fn get_config(State(served): State<Served>) -> Json<TtsSimConfig> {
@@ -342,3 +527,6 @@ async fn put_config(
     served.sim.set_config(cfg);
     Json(served.sim.config())
 }
+
+#[cfg(test)]
+mod tests;

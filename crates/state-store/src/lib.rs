@@ -43,6 +43,7 @@
 //!         call_id: call,
 //!         ingress: "twilio".into(),
 //!         carrier_call_id: None,
+//!         partner_id: None,
 //!         admitted_at: SystemTime::now(),
 //!         admission_wait: Duration::ZERO,
 //!     })

@@ -27,11 +27,18 @@ pub(crate) struct Migration {
 
 /// Every migration, in order. Append only: an applied migration's text must
 /// never change (the runner refuses it).
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_init",
-    sql: include_str!("../../../migrations/0001_init.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "0001_init",
+        sql: include_str!("../../../migrations/0001_init.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "0002_partner",
+        sql: include_str!("../../../migrations/0002_partner.sql"),
+    },
+];
 
 /// Advisory lock key shared by every callgate instance ("callgate" in ASCII).
 const LOCK_KEY: i64 = 0x6361_6c6c_6761_7465;
@@ -172,6 +179,14 @@ mod tests {
         sorted.dedup();
         assert_eq!(versions, sorted);
         assert!(MIGRATIONS.iter().all(|m| !m.sql.trim().is_empty()));
+        // The name is the file stem and starts with the zero-padded version.
+        for m in MIGRATIONS {
+            assert!(
+                m.name.starts_with(&format!("{:04}_", m.version)),
+                "{}",
+                m.name
+            );
+        }
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub struct NewCall {
     pub ingress: String,
     /// The carrier's own id (Twilio CallSid), when there is one.
     pub carrier_call_id: Option<String>,
+    /// The partner the call came in through, when there is one.
+    pub partner_id: Option<String>,
     /// When the admission gate said yes.
     pub admitted_at: SystemTime,
     /// How long the call waited in the admission queue.
@@ -34,6 +36,8 @@ pub struct Rejection {
     pub ingress: String,
     /// The carrier's own id, when there is one.
     pub carrier_call_id: Option<String>,
+    /// The partner the call came in through, when there is one.
+    pub partner_id: Option<String>,
     /// Low-cardinality reason, e.g. `"queue_timeout"`, `"draining"`.
     pub reason: String,
     /// How long it waited before being refused.
@@ -55,6 +59,8 @@ pub struct LedgerRow {
     pub ingress: String,
     /// The carrier's own id.
     pub carrier_call_id: Option<String>,
+    /// The partner it came in through.
+    pub partner_id: Option<String>,
     /// When it was admitted.
     pub admitted_at: SystemTime,
     /// Time spent in the admission queue (millisecond precision).
@@ -153,7 +159,8 @@ pub(crate) fn millis(d: Duration) -> i64 {
 
 pub(crate) const LEDGER_COLUMNS: &str = "call_id, owner_instance, owner_epoch, ingress, \
     carrier_call_id, admitted_at, admission_wait_ms, media_ready_at, first_playable_audio_at, \
-    last_media_at, disconnect_observed_at, cleanup_completed_at, end_reason, cleanup_status, stats";
+    last_media_at, disconnect_observed_at, cleanup_completed_at, end_reason, cleanup_status, stats, \
+    partner_id";
 
 impl LedgerRow {
     pub(crate) fn from_row(row: &Row) -> Result<Self, StoreError> {
@@ -166,6 +173,7 @@ impl LedgerRow {
             owner_epoch: OwnerEpoch(col(row, 2, op)?),
             ingress: col(row, 3, op)?,
             carrier_call_id: col(row, 4, op)?,
+            partner_id: col(row, 15, op)?,
             admitted_at: col(row, 5, op)?,
             admission_wait: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
             media_ready_at: col(row, 7, op)?,

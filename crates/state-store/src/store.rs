@@ -44,8 +44,8 @@ impl std::fmt::Debug for Store {
 
 const OPEN_CALL: &str = "WITH ins AS (
     INSERT INTO call_ledger (call_id, owner_instance, owner_epoch, ingress, carrier_call_id,
-                             admitted_at, admission_wait_ms)
-    VALUES ($1, $2, $3, $4, $5, $6, $7)
+                             admitted_at, admission_wait_ms, partner_id)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
     ON CONFLICT (call_id) DO NOTHING
     RETURNING owner_epoch
 ), st AS (
@@ -119,6 +119,7 @@ impl Store {
                     &call.carrier_call_id,
                     &call.admitted_at,
                     &wait_ms,
+                    &call.partner_id,
                 ],
             )
             .await?;
@@ -166,8 +167,8 @@ impl Store {
     /// Provider errors when Postgres fails or is slow.
     pub async fn record_rejection(&self, r: Rejection) -> Result<(), StoreError> {
         let sql = "INSERT INTO admission_rejections \
-                   (call_id, instance, ingress, carrier_call_id, reason, waited_ms, at) \
-                   VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (call_id) DO NOTHING";
+                   (call_id, instance, ingress, carrier_call_id, reason, waited_ms, at, partner_id) \
+                   VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (call_id) DO NOTHING";
         let waited = millis(r.waited);
         let mut conn = self.inner.pool.checkout().await?;
         conn.execute(
@@ -181,6 +182,7 @@ impl Store {
                 &r.reason,
                 &waited,
                 &r.at,
+                &r.partner_id,
             ],
         )
         .await?;
@@ -199,9 +201,9 @@ impl Store {
             return Ok(0);
         }
         let sql = "INSERT INTO admission_rejections \
-                   (call_id, instance, ingress, carrier_call_id, reason, waited_ms, at) \
+                   (call_id, instance, ingress, carrier_call_id, reason, waited_ms, at, partner_id) \
                    SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], \
-                   $5::text[], $6::bigint[], $7::timestamptz[]) \
+                   $5::text[], $6::bigint[], $7::timestamptz[], $8::text[]) \
                    ON CONFLICT (call_id) DO NOTHING";
         let ids: Vec<uuid::Uuid> = batch.iter().map(|r| r.call_id.0).collect();
         let instances: Vec<&str> = batch.iter().map(|r| r.instance.as_str()).collect();
@@ -211,11 +213,14 @@ impl Store {
         let reasons: Vec<&str> = batch.iter().map(|r| r.reason.as_str()).collect();
         let waited: Vec<i64> = batch.iter().map(|r| millis(r.waited)).collect();
         let at: Vec<SystemTime> = batch.iter().map(|r| r.at).collect();
+        let partners: Vec<Option<&str>> = batch.iter().map(|r| r.partner_id.as_deref()).collect();
         let mut conn = self.inner.pool.checkout().await?;
         conn.execute(
             "record_rejections",
             sql,
-            &[&ids, &instances, &ingress, &carrier, &reasons, &waited, &at],
+            &[
+                &ids, &instances, &ingress, &carrier, &reasons, &waited, &at, &partners,
+            ],
         )
         .await
     }

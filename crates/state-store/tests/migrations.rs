@@ -2,6 +2,7 @@
 
 mod common;
 
+use sha2::Digest as _;
 use state_store::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -9,7 +10,7 @@ async fn second_run_is_a_no_op() {
     let pg = common::start_pg();
     let store = Store::connect(pg.store_config("m")).await.unwrap();
     let first = store.migrate().await.unwrap();
-    assert_eq!(first, vec!["0001_init".to_owned()]);
+    assert_eq!(first, ["0001_init", "0002_partner"]);
     let second = store.migrate().await.unwrap();
     assert!(second.is_empty(), "second run applied {second:?}");
     // The schema is really there.
@@ -53,12 +54,59 @@ async fn racing_instances_apply_each_migration_once() {
     let (ra, rb) = tokio::join!(a.migrate(), b.migrate());
     let mut applied = ra.unwrap();
     applied.extend(rb.unwrap());
-    assert_eq!(applied, vec!["0001_init".to_owned()]);
+    applied.sort();
+    assert_eq!(applied, ["0001_init", "0002_partner"]);
     let raw = common::raw(&pg).await;
     let n: i64 = raw
         .query_one("SELECT count(*) FROM schema_migrations", &[])
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 1);
+    assert_eq!(n, 2);
+}
+
+/// A database at version 1 with calls in it (the state before this build):
+/// only 0002 runs, and the old rows read back without a partner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_database_with_calls_upgrades_in_place() {
+    let pg = common::start_pg();
+    let raw = common::raw(&pg).await;
+    let v1 = include_str!("../../../migrations/0001_init.sql");
+    raw.batch_execute(v1).await.unwrap();
+    let digest = sha2::Sha256::digest(v1.as_bytes());
+    let checksum: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    raw.batch_execute(
+        "CREATE TABLE schema_migrations (
+            version     integer     PRIMARY KEY,
+            name        text        NOT NULL,
+            checksum    text        NOT NULL,
+            applied_at  timestamptz NOT NULL DEFAULT now()
+        )",
+    )
+    .await
+    .unwrap();
+    raw.execute(
+        "INSERT INTO schema_migrations (version, name, checksum) VALUES (1, '0001_init', $1)",
+        &[&checksum],
+    )
+    .await
+    .unwrap();
+    let old = CallId::new_random();
+    raw.execute(
+        "INSERT INTO call_ledger (call_id, owner_instance, ingress, admitted_at, admission_wait_ms)          VALUES ($1, 'm', 'twilio', now(), 0)",
+        &[&old.0],
+    )
+    .await
+    .unwrap();
+
+    let store = Store::connect(pg.store_config("m")).await.unwrap();
+    assert_eq!(store.migrate().await.unwrap(), ["0002_partner"]);
+    let row = store
+        .ledger(old)
+        .await
+        .unwrap()
+        .expect("the old call survives");
+    assert_eq!(row.partner_id, None);
+    assert_eq!(store.open_ledger_sessions("m").await.unwrap(), 1);
+    assert!(store.migrate().await.unwrap().is_empty());
 }

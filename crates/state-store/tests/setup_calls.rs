@@ -40,6 +40,7 @@ async fn rejections_are_recorded_once() {
         instance: "test-a".into(),
         ingress: "twilio".into(),
         carrier_call_id: None,
+        partner_id: None,
         reason: "queue_timeout".into(),
         waited: Duration::from_millis(4_000),
         at: SystemTime::now(),
@@ -51,4 +52,62 @@ async fn rejections_are_recorded_once() {
         1
     );
     assert_eq!(env.store.open_ledger_sessions("test-a").await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_partner_is_recorded_on_the_ledger_and_on_rejections() {
+    let env = common::env().await;
+    let with = NewCall {
+        partner_id: Some("partner-acme".into()),
+        ..common::new_call(SystemTime::now())
+    };
+    let without = common::new_call(SystemTime::now());
+    env.store.open_call(with.clone()).await.unwrap();
+    env.store.open_call(without.clone()).await.unwrap();
+    let row = env.store.ledger(with.call_id).await.unwrap().unwrap();
+    assert_eq!(row.partner_id.as_deref(), Some("partner-acme"));
+    assert_eq!(row.carrier_call_id.as_deref(), Some("CA123"));
+    let row = env.store.ledger(without.call_id).await.unwrap().unwrap();
+    assert_eq!(row.partner_id, None);
+
+    let rejection = |partner: Option<&str>| Rejection {
+        call_id: CallId::new_random(),
+        instance: "test-a".into(),
+        ingress: "partner".into(),
+        carrier_call_id: None,
+        partner_id: partner.map(str::to_owned),
+        reason: "queue_full".into(),
+        waited: Duration::ZERO,
+        at: SystemTime::now(),
+    };
+    let single = rejection(Some("partner-acme"));
+    let batch = [rejection(Some("partner-globex")), rejection(None)];
+    env.store.record_rejection(single.clone()).await.unwrap();
+    assert_eq!(env.store.record_rejections(&batch).await.unwrap(), 2);
+
+    let raw = common::raw(&env.pg).await;
+    for r in [&single, &batch[0], &batch[1]] {
+        let got: Option<String> = raw
+            .query_one(
+                "SELECT partner_id FROM admission_rejections WHERE call_id = $1",
+                &[&r.call_id.0],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(got, r.partner_id);
+    }
+    // Per-partner ledger queries have a partial index.
+    let def: String = raw
+        .query_one(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'call_ledger_partner_id_idx'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        def.contains("(partner_id)") && def.contains("WHERE (partner_id IS NOT NULL)"),
+        "{def}"
+    );
 }

@@ -140,6 +140,45 @@ pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use admission::{CapacitySetting, Ceilings, Gate, GateConfig};
+    use std::time::Duration;
+
+    fn gate() -> Gate {
+        let cfg = GateConfig {
+            capacity: CapacitySetting::Pinned(4),
+            ceilings: Ceilings::default(),
+            partner_quotas: Default::default(),
+            queue_max: 0,
+            queue_timeout: Duration::from_secs(1),
+        };
+        Gate::new(cfg, Instant::now())
+    }
+
+    #[test]
+    fn the_counter_delta_is_the_permits_own_count() {
+        let gate = gate();
+        let permit = gate.try_admit(Instant::now()).unwrap();
+        let tally = permit.tally();
+        assert_eq!(delta_json(tally.delta()), serde_json::json!({"increment": 1, "decrement": 0}));
+        permit.release(Instant::now());
+        assert_eq!(delta_json(tally.delta()), serde_json::json!({"increment": 1, "decrement": 1}));
+    }
+
+    #[test]
+    fn a_leaked_permit_shows_no_decrement() {
+        let gate = gate();
+        let permit = gate.try_admit(Instant::now()).unwrap();
+        let tally = permit.tally();
+        std::mem::forget(permit);
+        let delta = tally.delta();
+        assert_eq!(delta_json(delta), serde_json::json!({"increment": 1, "decrement": 0}));
+        assert_eq!(gate.snapshot().active, 1, "the leak is visible in the gate too");
+        let cleanup = Cleanup {
+            permit_unreleased: delta.decrement != 1,
+            ..Cleanup::default()
+        };
+        assert_eq!(cleanup.status(), CleanupStatus::Failed);
+    }
 
     #[test]
     fn only_a_clean_cleanup_is_completed() {

@@ -13,22 +13,25 @@
 //! (audio time only), [`messages`] holds the wire shapes, and a thin socket
 //! task adds the wall-clock knobs (result latency, idle timeout, faults).
 //!
-//! Also served: `GET /stats` ([`StatsSnapshot`]) and `GET`/`PUT
-//! /admin/config` ([`SttSimConfig`], applied to streams opened afterwards).
+//! Also served: `GET /stats` ([`SttStats`]: session counts and streams per
+//! audio format), `GET /stats/sessions` ([`SttSessionRecord`]s of the most
+//! recent streams) and `GET`/`PUT /admin/config` ([`SttSimConfig`], applied
+//! to streams opened afterwards).
 
 pub mod messages;
 pub mod params;
 mod socket;
 pub mod stream;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
 
 use axum::Json;
 use axum::Router;
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{Query, State};
+use axum::extract::{OriginalUri, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -37,7 +40,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::stats::{SessionGuard, SessionStats, StatsSnapshot};
+use crate::stats::{FormatCounts, RecentSessions, SessionGuard, SessionStats, StatsSnapshot};
 
 use self::params::StreamParams;
 use self::stream::StreamCore;
@@ -131,12 +134,136 @@ impl SttSimRefusal {
     }
 }
 
+/// `GET /stats` and [`SttSim::stats`]: the session counts (same keys as
+/// [`StatsSnapshot`]) plus the streams accepted per audio format.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SttStats {
+    /// Streams open right now.
+    pub open_sessions: u64,
+    /// Most streams open at once since start.
+    pub peak_sessions: u64,
+    /// Streams accepted since start.
+    pub total_sessions: u64,
+    /// Upgrades refused at the cap (429).
+    pub rejected_sessions: u64,
+    /// Streams (or upgrades) ended by an injected fault.
+    pub faulted_sessions: u64,
+    /// Streams accepted per audio format, keyed `"<encoding>/<sample_rate>"`
+    /// as asked in the query string: `"mulaw/8000"`, `"linear16/16000"`…
+    #[serde(default)]
+    pub formats: BTreeMap<String, u64>,
+}
+
+impl SttStats {
+    fn new(sessions: StatsSnapshot, formats: BTreeMap<String, u64>) -> Self {
+        SttStats {
+            open_sessions: sessions.open_sessions,
+            peak_sessions: sessions.peak_sessions,
+            total_sessions: sessions.total_sessions,
+            rejected_sessions: sessions.rejected_sessions,
+            faulted_sessions: sessions.faulted_sessions,
+            formats,
+        }
+    }
+}
+
+/// What one accepted stream asked for and received (`GET /stats/sessions`,
+/// [`SttSim::sessions`]). Kept for the last
+/// [`RECENT_SESSIONS`](crate::stats::RECENT_SESSIONS) streams.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SttSessionRecord {
+    /// 1-based, in acceptance order.
+    pub session: u64,
+    /// The stream's id: sent in the `dg-request-id` response header (the
+    /// client exposes it as `SttHandle::request_id()`) and in every result.
+    pub request_id: String,
+    /// Path and query of the upgrade request, as received.
+    pub request: String,
+    /// Values of the `tag` query parameter, in order (Deepgram's request
+    /// labels; a client may put its call id here to be found again).
+    pub tags: Vec<String>,
+    /// `"<encoding>/<sample_rate>"`, the key counted in [`SttStats::formats`].
+    pub format: String,
+    /// Audio bytes received.
+    pub audio_bytes: u64,
+    /// Audio received, in ms (whole 10 ms VAD windows).
+    pub audio_ms: u64,
+    /// Utterances finalized.
+    pub utterances: u64,
+    /// False once the stream's task has ended.
+    pub open: bool,
+}
+
+/// The shared side of an [`SttSessionRecord`], updated by its stream task.
+#[derive(Debug)]
+struct SessionCell {
+    session: u64,
+    request_id: String,
+    request: String,
+    tags: Vec<String>,
+    format: String,
+    audio_bytes: AtomicU64,
+    audio_ms: AtomicU64,
+    utterances: AtomicU64,
+    open: AtomicBool,
+}
+
+impl SessionCell {
+    fn record(&self) -> SttSessionRecord {
+        SttSessionRecord {
+            session: self.session,
+            request_id: self.request_id.clone(),
+            request: self.request.clone(),
+            tags: self.tags.clone(),
+            format: self.format.clone(),
+            audio_bytes: self.audio_bytes.load(Ordering::Relaxed),
+            audio_ms: self.audio_ms.load(Ordering::Relaxed),
+            utterances: self.utterances.load(Ordering::Relaxed),
+            open: self.open.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// A stream's handle on its record; dropping it (the stream ended, or its
+/// upgrade never completed) marks the record closed.
+#[derive(Debug)]
+pub(crate) struct LiveSession(Arc<SessionCell>);
+
+impl LiveSession {
+    /// Called by the stream task after each audio frame.
+    pub(crate) fn update(&self, audio_bytes: u64, audio_ms: u64, utterances: u64) {
+        let cell = &self.0;
+        cell.audio_bytes.fetch_add(audio_bytes, Ordering::Relaxed);
+        cell.audio_ms.store(audio_ms, Ordering::Relaxed);
+        cell.utterances.store(utterances, Ordering::Relaxed);
+    }
+}
+
+impl Drop for LiveSession {
+    fn drop(&mut self) {
+        self.0.open.store(false, Ordering::Release);
+    }
+}
+
+/// The key of a stream's format in [`SttStats::formats`].
+pub fn format_key(params: &StreamParams) -> String {
+    let encoding = match params.encoding {
+        params::SimEncoding::Mulaw => "mulaw",
+        params::SimEncoding::Alaw => "alaw",
+        params::SimEncoding::Linear16 => "linear16",
+    };
+    format!("{encoding}/{}", params.sample_rate)
+}
+
 /// The STT simulator. Cheap to clone; clones share config and counts.
 #[derive(Debug, Clone)]
 pub struct SttSim {
     /// Read once per upgrade, so a `PUT /admin/config` affects new streams only.
     cfg: Arc<RwLock<SttSimConfig>>,
     stats: Arc<SessionStats>,
+    formats: Arc<FormatCounts>,
+    sessions: Arc<RecentSessions<SessionCell>>,
+    next_session: Arc<AtomicU64>,
 }
 
 #[derive(Clone)]
@@ -153,12 +280,45 @@ impl SttSim {
         SttSim {
             cfg: Arc::new(RwLock::new(cfg)),
             stats: Arc::new(SessionStats::default()),
+            formats: Arc::new(FormatCounts::default()),
+            sessions: Arc::new(RecentSessions::default()),
+            next_session: Arc::new(AtomicU64::new(1)),
         }
     }
 
-    /// Current session counts.
-    pub fn stats(&self) -> StatsSnapshot {
-        self.stats.snapshot()
+    /// Current session counts and streams per format.
+    pub fn stats(&self) -> SttStats {
+        SttStats::new(self.stats.snapshot(), self.formats.snapshot())
+    }
+
+    /// Records of the most recent streams, oldest first.
+    pub fn sessions(&self) -> Vec<SttSessionRecord> {
+        self.sessions.snapshot(SessionCell::record)
+    }
+
+    /// Counts and records one accepted stream.
+    fn record_session(
+        &self,
+        params: &StreamParams,
+        request_id: String,
+        request: String,
+        tags: Vec<String>,
+    ) -> LiveSession {
+        let format = format_key(params);
+        self.formats.count(&format);
+        let cell = Arc::new(SessionCell {
+            session: self.next_session.fetch_add(1, Ordering::Relaxed),
+            request_id,
+            request,
+            tags,
+            format,
+            audio_bytes: AtomicU64::new(0),
+            audio_ms: AtomicU64::new(0),
+            utterances: AtomicU64::new(0),
+            open: AtomicBool::new(true),
+        });
+        self.sessions.push(Arc::clone(&cell));
+        LiveSession(cell)
     }
 
     /// The current configuration.
@@ -192,6 +352,7 @@ impl SttSim {
         let app = Router::new()
             .route("/v1/listen", get(listen))
             .route("/stats", get(stats))
+            .route("/stats/sessions", get(sessions))
             .route("/admin/config", get(get_config).put(put_config))
             .with_state(state);
         axum::serve(listener, app)
@@ -236,11 +397,19 @@ impl SttSim {
 async fn listen(
     State(app): State<AppState>,
     headers: HeaderMap,
-    Query(query): Query<HashMap<String, String>>,
+    OriginalUri(uri): OriginalUri,
+    Query(pairs): Query<Vec<(String, String)>>,
     ws: WebSocketUpgrade,
 ) -> Response {
     let cfg = app.sim.config();
     let request_id = Uuid::new_v4();
+    let tags: Vec<String> = pairs
+        .iter()
+        .filter(|(k, _)| k == "tag")
+        .map(|(_, v)| v.clone())
+        .collect();
+    // A repeated parameter other than `tag`: the last one counts.
+    let query: HashMap<String, String> = pairs.into_iter().collect();
     let (params, guard) = match app.sim.admit(&cfg, &headers, &query) {
         Ok(admitted) => admitted,
         Err(refusal) => {
@@ -254,6 +423,12 @@ async fn listen(
         close_after: cfg.close_after_ms.map(Duration::from_millis),
         stall_results: cfg.stall_results,
     };
+    let request = uri
+        .path_and_query()
+        .map_or_else(|| uri.path().to_owned(), |pq| pq.as_str().to_owned());
+    let record = app
+        .sim
+        .record_session(&params, request_id.to_string(), request, tags);
     let core = StreamCore::new(
         params,
         cfg.script,
@@ -261,9 +436,9 @@ async fn listen(
         SystemTime::now(),
     );
     let stats = Arc::clone(&app.sim.stats);
-    let mut response = ws
-        .read_buffer_size(8 * 1024)
-        .on_upgrade(move |socket| socket::run(socket, core, knobs, app.cancel, stats, guard));
+    let mut response = ws.read_buffer_size(8 * 1024).on_upgrade(move |socket| {
+        socket::run(socket, core, knobs, app.cancel, stats, guard, record)
+    });
     // Deepgram names the request in this header; clients log it.
     if let Ok(v) = HeaderValue::from_str(&request_id.to_string()) {
         response.headers_mut().insert("dg-request-id", v);
@@ -271,8 +446,12 @@ async fn listen(
     response
 }
 
-async fn stats(State(app): State<AppState>) -> Json<StatsSnapshot> {
+async fn stats(State(app): State<AppState>) -> Json<SttStats> {
     Json(app.sim.stats())
+}
+
+async fn sessions(State(app): State<AppState>) -> Json<Vec<SttSessionRecord>> {
+    Json(app.sim.sessions())
 }
 
 async fn get_config(State(app): State<AppState>) -> Json<SttSimConfig> {

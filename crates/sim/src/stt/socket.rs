@@ -12,6 +12,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::LiveSession;
 use super::messages::ServerMessage;
 use super::stream::{Control, Outbound, StreamCore};
 use crate::stats::{SessionGuard, SessionStats};
@@ -53,7 +54,8 @@ enum End {
 }
 
 /// Runs one accepted stream to its end. `guard` keeps the session counted
-/// open until this returns, on every path.
+/// open until this returns, on every path; `record` is kept up to date with
+/// the audio received.
 pub(super) async fn run(
     socket: WebSocket,
     core: StreamCore,
@@ -61,6 +63,7 @@ pub(super) async fn run(
     cancel: CancellationToken,
     stats: Arc<SessionStats>,
     guard: SessionGuard,
+    record: LiveSession,
 ) {
     let span = tracing::info_span!("stt_sim_stream", request_id = %core.request_id());
     let mut stream = Stream {
@@ -68,6 +71,7 @@ pub(super) async fn run(
         core,
         knobs,
         queue: VecDeque::new(),
+        record,
     };
     async {
         let p = stream.core.params();
@@ -82,6 +86,7 @@ pub(super) async fn run(
     }
     .instrument(span)
     .await;
+    drop(stream);
     drop(guard);
 }
 
@@ -91,6 +96,7 @@ struct Stream {
     knobs: Knobs,
     /// Outbound messages with the instant each becomes due.
     queue: VecDeque<(Instant, Outbound)>,
+    record: LiveSession,
 }
 
 impl Stream {
@@ -131,8 +137,12 @@ impl Stream {
     /// activity for the idle timer (audio or `KeepAlive`); `None` when the
     /// client is gone.
     fn on_frame(&mut self, msg: Option<Result<Message, axum::Error>>) -> Option<bool> {
+        let mut audio_bytes = 0;
         let activity = match msg? {
             Ok(Message::Binary(audio)) => {
+                if !self.core.is_closed() {
+                    audio_bytes = audio.len() as u64;
+                }
                 self.core.push_audio(&audio);
                 !audio.is_empty()
             }
@@ -140,6 +150,11 @@ impl Stream {
             Ok(Message::Ping(_) | Message::Pong(_)) => false,
             Ok(Message::Close(_)) | Err(_) => return None,
         };
+        self.record.update(
+            audio_bytes,
+            self.core.audio_ms(),
+            self.core.utterances() as u64,
+        );
         let due = Instant::now() + self.knobs.result_latency;
         while let Some(out) = self.core.poll_output() {
             self.queue.push_back((due, out));

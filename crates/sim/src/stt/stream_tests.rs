@@ -185,6 +185,57 @@ fn linear16_keeps_an_odd_byte_for_the_next_frame() {
 }
 
 #[test]
+fn linear16_at_16khz_finds_the_same_utterances_as_mulaw_at_8khz() {
+    let mut s = SpeechSynth::new(16_000, 42);
+    let mut audio = s.silence(500);
+    audio.extend(s.utterance(1_500));
+    audio.extend(s.silence(1_500));
+    audio.extend(s.utterance(1_000));
+    audio.extend(s.silence(1_500));
+    let bytes = media::format::samples_to_pcm16le(&audio);
+    let p = StreamParams {
+        encoding: SimEncoding::Linear16,
+        sample_rate: 16_000,
+        ..params()
+    };
+    let mut wide = core(p);
+    // 20 ms frames at 16 kHz are 640 bytes.
+    let out = push_frames(&mut wide, &bytes, 640);
+    let mut narrow = core(params());
+    let reference = push_frames(&mut narrow, &g711::encode_ulaw(&two_utterances()), 160);
+
+    assert_eq!(wide.audio_ms(), 6_000);
+    assert_eq!(wide.audio_ms(), narrow.audio_ms());
+    let (f, r) = (finals(&out), finals(&reference));
+    assert_eq!(f.len(), 2);
+    for (i, (a, b)) in f.iter().zip(&r).enumerate() {
+        assert_eq!(a.transcript(), script()[i]);
+        assert!(a.speech_final);
+        assert!(
+            (a.start - b.start).abs() <= 0.03,
+            "{} vs {}",
+            a.start,
+            b.start
+        );
+        assert!((a.duration - b.duration).abs() <= 0.05);
+    }
+    assert_eq!(
+        count(&out, |m| matches!(m, ServerMessage::SpeechStarted { .. })),
+        2
+    );
+    assert_eq!(
+        count(&out, |m| matches!(m, ServerMessage::UtteranceEnd { .. })),
+        2
+    );
+    wide.push_audio(&[]);
+    let closing = drain(&mut wide);
+    let Some(Outbound::Message(ServerMessage::Metadata(summary))) = closing.first() else {
+        panic!("{closing:?}")
+    };
+    assert_eq!(summary.duration, 6.0);
+}
+
+#[test]
 fn finalize_flushes_the_utterance_once_and_keeps_the_stream_open() {
     let mut s = SpeechSynth::new(8_000, 9);
     let mut c = core(params());

@@ -1,16 +1,13 @@
 //! HTTP-level tests of the simulator's routes over a real loopback socket
-//! (plain HTTP/1.1 by hand: the crate has no HTTP client). The WebSocket
-//! protocol itself is exercised by `stt-client`'s tests.
+//! (plain HTTP/1.1 and WebSocket framing by hand: the crate has no client).
+//! The WebSocket protocol itself is exercised by `stt-client`'s tests.
 
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 use super::*;
-
-/// Generous: the machine may be busy compiling.
-const DEADLINE: Duration = Duration::from_secs(10);
+use crate::test_ws::{DEADLINE, http};
 
 async fn start(cfg: SttSimConfig) -> (SttSim, std::net::SocketAddr, CancellationToken) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -19,43 +16,6 @@ async fn start(cfg: SttSimConfig) -> (SttSim, std::net::SocketAddr, Cancellation
     let cancel = CancellationToken::new();
     tokio::spawn(sim.clone().serve(listener, cancel.clone()));
     (sim, addr, cancel)
-}
-
-/// Sends one request and returns (status, body), reading by Content-Length.
-async fn http(addr: std::net::SocketAddr, request: String) -> (u16, String) {
-    let io = async {
-        let mut s = TcpStream::connect(addr).await.unwrap();
-        s.write_all(request.as_bytes()).await.unwrap();
-        let mut buf = Vec::new();
-        loop {
-            let mut chunk = [0u8; 4096];
-            let n = s.read(&mut chunk).await.unwrap();
-            assert!(
-                n > 0,
-                "connection closed early: {}",
-                String::from_utf8_lossy(&buf)
-            );
-            buf.extend_from_slice(&chunk[..n]);
-            let text = String::from_utf8_lossy(&buf).to_string();
-            let Some((head, body)) = text.split_once("\r\n\r\n") else {
-                continue;
-            };
-            let len = head
-                .lines()
-                .find_map(|l| {
-                    l.to_ascii_lowercase()
-                        .strip_prefix("content-length: ")
-                        .map(str::to_owned)
-                })
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .unwrap_or(0);
-            if body.len() >= len {
-                let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-                return (status, body.to_owned());
-            }
-        }
-    };
-    tokio::time::timeout(DEADLINE, io).await.unwrap()
 }
 
 fn upgrade_request(query: &str, auth: Option<&str>) -> String {
@@ -144,5 +104,122 @@ async fn refusals_check_fault_then_auth_then_params() {
     );
     let snap = sim.stats();
     assert_eq!((snap.total_sessions, snap.faulted_sessions), (0, 1));
+    cancel.cancel();
+}
+
+/// Polls `f` every 20 ms until it holds, at most [`DEADLINE`].
+async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let polled = tokio::time::timeout(DEADLINE, async {
+        while !f() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(polled.is_ok(), "timed out waiting for {what}");
+}
+
+#[tokio::test]
+async fn a_linear16_16khz_stream_is_transcribed_and_recorded_with_its_format() {
+    use crate::test_ws::RawWs;
+    use media::synth::SpeechSynth;
+
+    let line = "A table for two at eight, please.";
+    let (sim, addr, cancel) = start(SttSimConfig {
+        script: vec![line.into()],
+        ..SttSimConfig::default()
+    })
+    .await;
+
+    let query = "/v1/listen?encoding=linear16&sample_rate=16000&channels=1&endpointing=300\
+                 &vad_events=true&tag=call-42";
+    let (mut ws, head) = RawWs::connect(addr, query, &[]).await.unwrap();
+    let request_id = head
+        .lines()
+        .find_map(|l| l.strip_prefix("dg-request-id: "))
+        .expect("the upgrade names the request")
+        .to_owned();
+
+    let mut synth = SpeechSynth::new(16_000, 3);
+    let mut audio = synth.silence(300);
+    audio.extend(synth.utterance(1_200));
+    audio.extend(synth.silence(800));
+    let bytes = media::format::samples_to_pcm16le(&audio);
+    // 20 ms frames: 320 samples, 640 bytes.
+    for frame in bytes.chunks(640) {
+        ws.send_binary(frame).await;
+    }
+    ws.send_text(r#"{"type":"CloseStream"}"#).await;
+    let (texts, code) = ws.until_close().await;
+    assert_eq!(code, Some(1000));
+
+    let messages: Vec<serde_json::Value> = texts
+        .iter()
+        .map(|t| serde_json::from_str(t).unwrap())
+        .collect();
+    let finals: Vec<&serde_json::Value> = messages
+        .iter()
+        .filter(|m| m["type"] == "Results" && m["is_final"] == true)
+        .collect();
+    assert_eq!(finals.len(), 1, "{messages:?}");
+    assert_eq!(finals[0]["channel"]["alternatives"][0]["transcript"], line);
+    assert_eq!(finals[0]["speech_final"], true);
+    let start = finals[0]["start"].as_f64().unwrap();
+    assert!((0.25..0.4).contains(&start), "speech found at {start} s");
+    assert!(messages.iter().any(|m| m["type"] == "SpeechStarted"));
+    let summary = messages.iter().find(|m| m["type"] == "Metadata").unwrap();
+    assert_eq!(summary["duration"].as_f64().unwrap(), 2.3);
+
+    // A second stream in the Twilio format.
+    let (mut ws, _) = RawWs::connect(addr, "/v1/listen?encoding=mulaw&sample_rate=8000", &[])
+        .await
+        .unwrap();
+    ws.send_text(r#"{"type":"CloseStream"}"#).await;
+    assert_eq!(ws.until_close().await.1, Some(1000));
+
+    eventually("both streams to close", || sim.stats().open_sessions == 0).await;
+    let stats = sim.stats();
+    assert_eq!(stats.total_sessions, 2);
+    assert_eq!(
+        stats.formats,
+        [
+            ("linear16/16000".to_owned(), 1),
+            ("mulaw/8000".to_owned(), 1)
+        ]
+        .into()
+    );
+    eventually("the records to close", || {
+        sim.sessions().iter().all(|r| !r.open)
+    })
+    .await;
+    let records = sim.sessions();
+    assert_eq!(records.len(), 2);
+    let r = &records[0];
+    assert_eq!(r.session, 1);
+    assert_eq!(r.request_id, request_id);
+    assert_eq!(r.tags, ["call-42"]);
+    assert_eq!(r.request, query);
+    assert_eq!(r.format, "linear16/16000");
+    assert_eq!(r.audio_bytes, bytes.len() as u64);
+    assert_eq!(r.audio_ms, 2_300);
+    assert_eq!(r.utterances, 1);
+    assert_eq!(
+        (records[1].session, records[1].format.as_str()),
+        (2, "mulaw/8000")
+    );
+    assert!(records[1].tags.is_empty());
+
+    // The same over HTTP.
+    let (status, body) = http(addr, "GET /stats HTTP/1.1\r\nHost: sim\r\n\r\n".into()).await;
+    assert_eq!(status, 200);
+    let served: SttStats = serde_json::from_str(&body).unwrap();
+    assert_eq!(served, stats);
+    let (status, body) = http(
+        addr,
+        "GET /stats/sessions HTTP/1.1\r\nHost: sim\r\n\r\n".into(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let served: Vec<SttSessionRecord> = serde_json::from_str(&body).unwrap();
+    assert_eq!(served, records);
     cancel.cancel();
 }

@@ -8,12 +8,12 @@
 //! [`SocketCore::poll_output`] and sleeps until [`SocketCore::next_deadline`].
 //! Tests drive it the same way on a made-up clock.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use media::synth::SpeechSynth;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::audio::{Generation, OutputFormat};
@@ -31,6 +31,12 @@ pub const MAX_BUFFERED_CHARS: usize = 5_000;
 
 /// Audio per chunk. ElevenLabs sends chunks of roughly 100–250 ms.
 const CHUNK_MS: u64 = 200;
+
+/// Distinct context ids whose audio one socket tallies separately; audio of
+/// later ids still counts in the socket's totals. A call opens one context a
+/// bot turn, far fewer than this; the bound only stops a client that invents
+/// ids forever from growing the tally.
+pub const MAX_TALLIED_CONTEXTS: usize = 256;
 
 /// The context a context-less text message addresses.
 const DEFAULT_CONTEXT: &str = "default";
@@ -66,6 +72,43 @@ pub struct CoreParams {
     pub finish_flushed_on_close: bool,
     /// Seed for the speech synthesiser (distinct sockets sound different).
     pub seed: u64,
+}
+
+/// Audio generated for one context id (all its generations on one socket).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextAudio {
+    /// Audio messages sent.
+    pub chunks: u64,
+    /// Encoded audio bytes (after base64 decoding).
+    pub audio_bytes: u64,
+    /// Playing time of those bytes, in ms.
+    pub audio_ms: u64,
+}
+
+/// Audio one socket generated: totals, and per context id for the first
+/// [`MAX_TALLIED_CONTEXTS`] ids.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AudioTally {
+    pub total: ContextAudio,
+    pub contexts: BTreeMap<String, ContextAudio>,
+}
+
+impl AudioTally {
+    fn add(&mut self, context: &str, bytes: u64, ms: u64) {
+        let add = |c: &mut ContextAudio| {
+            c.chunks += 1;
+            c.audio_bytes += bytes;
+            c.audio_ms += ms;
+        };
+        add(&mut self.total);
+        if let Some(c) = self.contexts.get_mut(context) {
+            add(c);
+        } else if self.contexts.len() < MAX_TALLIED_CONTEXTS {
+            let mut c = ContextAudio::default();
+            add(&mut c);
+            self.contexts.insert(context.to_owned(), c);
+        }
+    }
 }
 
 /// Something the shell must send, in order.
@@ -116,6 +159,7 @@ pub struct SocketCore {
     closed: bool,
     faulted: bool,
     synth: SpeechSynth,
+    tally: AudioTally,
 }
 
 impl SocketCore {
@@ -132,7 +176,13 @@ impl SocketCore {
             closed: false,
             faulted: false,
             synth,
+            tally: AudioTally::default(),
         }
+    }
+
+    /// The audio this socket has generated so far.
+    pub fn audio(&self) -> &AudioTally {
+        &self.tally
     }
 
     /// Contexts currently open (created and not yet final).
@@ -320,6 +370,7 @@ impl SocketCore {
             if generation.is_done() {
                 ctx.queue.pop_front();
             }
+            self.tally.add(&ctx.id, bytes.len() as u64, ms);
             // Pace by the schedule, not by `now`, so a late wake-up does not
             // slow the stream down.
             let wall = Duration::from_secs_f64(

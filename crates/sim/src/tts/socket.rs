@@ -10,6 +10,7 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
+use super::LiveSocket;
 use super::protocol::{Outbound, SocketCore, close_code};
 use crate::stats::{SessionGuard, SessionStats};
 
@@ -31,6 +32,8 @@ pub(super) struct SocketTask {
     pub cancel: CancellationToken,
     pub socket_no: u64,
     pub voice_id: String,
+    /// This socket's entry in `/stats/sessions`.
+    pub record: LiveSocket,
 }
 
 /// Why a socket task ended (for the log line).
@@ -47,13 +50,21 @@ enum End {
 }
 
 /// Runs one accepted socket to completion.
-pub(super) async fn run(mut ws: WebSocket, mut core: SocketCore, task: SocketTask) {
+pub(super) async fn run(mut ws: WebSocket, mut core: SocketCore, mut task: SocketTask) {
     let span =
         tracing::info_span!("tts_sim_socket", socket = task.socket_no, voice = %task.voice_id);
     async move {
         tracing::info!("socket open");
         let mut gauge = ContextGauge::new(Arc::clone(&task.open_contexts));
-        let end = drive(&mut ws, &mut core, &task.cancel, &mut gauge).await;
+        let end = drive(
+            &mut ws,
+            &mut core,
+            &task.cancel,
+            &mut gauge,
+            &mut task.record,
+        )
+        .await;
+        task.record.sync(core.audio());
         if core.faulted() {
             task.stats.count_fault();
         }
@@ -73,6 +84,7 @@ async fn drive(
     core: &mut SocketCore,
     cancel: &CancellationToken,
     gauge: &mut ContextGauge,
+    record: &mut LiveSocket,
 ) -> End {
     loop {
         while let Some(out) = core.poll_output() {
@@ -91,6 +103,7 @@ async fn drive(
             }
         }
         gauge.set(core.open_contexts() as u64);
+        record.sync(core.audio());
         let deadline = core.next_deadline();
         tokio::select! {
             _ = cancel.cancelled() => {

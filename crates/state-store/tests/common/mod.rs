@@ -43,6 +43,7 @@ pub fn new_call(admitted_at: SystemTime) -> NewCall {
         call_id: CallId::new_random(),
         ingress: "twilio".into(),
         carrier_call_id: Some("CA123".into()),
+        partner_id: None,
         admitted_at,
         admission_wait: Duration::from_millis(12),
     }

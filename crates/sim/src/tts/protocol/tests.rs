@@ -365,3 +365,108 @@ fn contexts_stream_independently_and_queued_generations_follow_without_new_laten
     // 2.2 s of audio at 4x is ~550 ms of wall time after the 150 ms latency.
     assert!(*times.last().unwrap() <= 150 + 560, "{times:?}");
 }
+
+/// The audio samples of one context, decoded from pcm_16000 messages.
+fn pcm_samples(out: &[Out], ctx: &str) -> Vec<i16> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::Json(_, v) if v["contextId"] == ctx && v["audio"].is_string() => Some(
+                base64::engine::general_purpose::STANDARD
+                    .decode(v["audio"].as_str().unwrap())
+                    .unwrap(),
+            ),
+            _ => None,
+        })
+        .flat_map(|bytes| {
+            assert_eq!(bytes.len() % 2, 0, "whole 16-bit samples in every chunk");
+            media::format::pcm16le_to_samples(&bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn pcm_16000_is_two_bytes_a_sample_at_16_khz_and_as_long_as_ulaw_for_the_same_text() {
+    let speak = |format: OutputFormat| {
+        let mut h = Harness::new(CoreParams { format, ..params() });
+        h.send(&json!({ "text": TEXT, "context_id": "ctx-1", "flush": true }).to_string());
+        let out = h.run_to(10_000);
+        (out, h.core.audio().clone())
+    };
+    let (pcm, pcm_tally) = speak(OutputFormat::Pcm(16_000));
+    let (ulaw, ulaw_tally) = speak(OutputFormat::Ulaw8000);
+
+    let expected_ms = (TEXT.chars().count() as f64 * 1000.0 / 15.0).round() as usize;
+    assert_eq!(audio_bytes(&ulaw, "ctx-1"), expected_ms * 8);
+    assert_eq!(audio_bytes(&pcm, "ctx-1"), expected_ms * 16 * 2);
+    let samples = pcm_samples(&pcm, "ctx-1");
+    assert_eq!(samples.len(), expected_ms * 16);
+    // Speech, not silence: a voiced signal well above the noise floor.
+    let level = media::vad::level_dbfs(&samples);
+    assert!(level > -40.0, "pcm_16000 audio at {level} dBFS");
+
+    // The tally says the same, in both formats.
+    for (tally, bytes_per_ms) in [(&pcm_tally, 32), (&ulaw_tally, 8)] {
+        assert_eq!(tally.total.audio_ms, expected_ms as u64);
+        assert_eq!(tally.total.audio_bytes, (expected_ms * bytes_per_ms) as u64);
+        assert_eq!(tally.contexts.len(), 1);
+        assert_eq!(tally.contexts["ctx-1"], tally.total);
+    }
+    assert_eq!(pcm_tally.total.chunks, ulaw_tally.total.chunks);
+}
+
+#[test]
+fn the_audio_tally_counts_what_was_sent_per_context() {
+    let mut h = Harness::new(params());
+    h.send(
+        &json!({ "text": "First sentence here. ", "context_id": "ctx-1", "flush": true })
+            .to_string(),
+    );
+    h.send(&json!({ "text": TEXT, "context_id": "ctx-2", "flush": true }).to_string());
+    let mut out = h.run_to(300);
+    // Barge-in on ctx-2: nothing more of it is generated, and the tally
+    // holds what was actually sent.
+    out.extend(h.send(r#"{"context_id":"ctx-2","close_context":true}"#));
+    out.extend(h.run_to(10_000));
+    let tally = h.core.audio();
+    let chunks = |ctx: &str| {
+        out.iter()
+            .filter(
+                |o| matches!(o, Out::Json(_, v) if v["contextId"] == ctx && v["audio"].is_string()),
+            )
+            .count() as u64
+    };
+    for ctx in ["ctx-1", "ctx-2"] {
+        let c = tally.contexts[ctx];
+        assert_eq!(c.audio_bytes, audio_bytes(&out, ctx) as u64, "{ctx}");
+        assert_eq!(c.audio_bytes, c.audio_ms * 8, "{ctx}");
+        assert_eq!(c.chunks, chunks(ctx), "{ctx}");
+    }
+    assert_eq!(
+        tally.contexts["ctx-1"].audio_ms,
+        (21.0f64 * 1000.0 / 15.0).round() as u64
+    );
+    assert!(tally.contexts["ctx-2"].audio_ms < TEXT.len() as u64 * 1000 / 15 / 3);
+    assert_eq!(
+        tally.total.audio_ms,
+        tally.contexts["ctx-1"].audio_ms + tally.contexts["ctx-2"].audio_ms
+    );
+}
+
+#[test]
+fn the_audio_tally_is_bounded_in_context_ids() {
+    let mut h = Harness::new(CoreParams {
+        first_chunk_latency: Duration::ZERO,
+        ..params()
+    });
+    let n = MAX_TALLIED_CONTEXTS + 10;
+    for i in 0..n {
+        let id = format!("c{i}");
+        h.send(&json!({ "text": "Hi. ", "context_id": id, "flush": true }).to_string());
+        h.run_to(i as u64 * 1_000 + 900);
+        h.send(&json!({ "context_id": id, "close_context": true }).to_string());
+    }
+    let tally = h.core.audio();
+    assert_eq!(tally.contexts.len(), MAX_TALLIED_CONTEXTS);
+    let per = tally.contexts["c0"].audio_ms;
+    assert_eq!(tally.total.audio_ms, per * n as u64);
+}
