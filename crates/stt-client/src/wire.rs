@@ -10,8 +10,9 @@ pub(crate) const KEEPALIVE: &str = r#"{"type":"KeepAlive"}"#;
 pub(crate) const FINALIZE: &str = r#"{"type":"Finalize"}"#;
 pub(crate) const CLOSE_STREAM: &str = r#"{"type":"CloseStream"}"#;
 
-/// Longest provider text quoted in an error event.
-const MAX_QUOTE: usize = 200;
+/// Longest provider text quoted in an error event (public for the
+/// invariants the fuzz target shares with the smoke twin).
+pub const MAX_QUOTE: usize = 200;
 
 fn num(v: &Value, key: &str) -> f64 {
     match v.get(key) {

@@ -1,51 +1,38 @@
-//! Smoke fuzz of the provider message parser: the stable twin of the
-//! cargo-fuzz target `fuzz/fuzz_targets/tts_client_wire.rs`. Mutated
-//! ElevenLabs frames must parse into events that keep the parser's
-//! promises, and a simulated provider fed our requests must answer with
-//! frames that carry every voiced character of the text back to us.
+//! The invariants of the TTS provider message parser — the one copy,
+//! shared by the cargo-fuzz target `fuzz/fuzz_targets/tts_client_wire.rs`
+//! and by the stable smoke twin (the `#[cfg(test)]` part at the bottom of
+//! this file).
+//!
+//! This file is included twice, by `#[path]`:
+//! - as `wire::fuzz_tests` (`#[cfg(test)]`), whose parent module is the
+//!   parser itself;
+//! - as `mod invariants` in the fuzz target, whose crate root has
+//!   `use tts_client::wire::*` and `use tts_client::ContextId`.
+//!
+//! So everything here reaches the parser through `super::`, and the part
+//! that needs the mutator or the TTS simulator is compiled only under
+//! `cfg(test)` (the fuzz build never sees it). Entry point: [`check`].
+//!
+//! Invariants:
+//! - an `Audio` event carries exactly the base64 decoding of the frame's
+//!   non-empty `audio`;
+//! - a context is recognised only in its exact wire form (`contextId`,
+//!   else `context_id`, equal to `ctx-<n>` as we write it), both inside a
+//!   frame and by `ContextId::from_wire` on any text: a provider that
+//!   mangled our id gets no audio attributed to one of our contexts;
+//! - errors say which of the two things went wrong (not JSON, audio not
+//!   base64).
 
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use base64::Engine as _;
 
-use callgate_sim::tts::OutputFormat as SimFormat;
-use callgate_sim::tts::protocol::{CoreParams, Outbound, SocketCore};
+use super::{ContextId, Inbound, parse};
 
-use super::*;
-
-#[path = "../../../fuzz/smoke/mutator.rs"]
-mod mutator;
-
-use mutator::{Mutator, Rng};
-
-const ITERATIONS: usize = 4_000;
-const TOKENS: &[&str] = &[
-    "\"audio\"",
-    "\"contextId\"",
-    "\"context_id\"",
-    "\"isFinal\"",
-    "\"is_final\"",
-    "\"alignment\"",
-    "\"chars\"",
-    "\"error\"",
-    "\"message\"",
-    "\"ctx-1\"",
-    "\"ctx-+1\"",
-    "\"ctx-01\"",
-    "\"ctx-18446744073709551616\"",
-    "\"AAEC\"",
-    "\"//8=\"",
-];
-
-fn corpus() -> Vec<&'static str> {
-    vec![
-        r#"{"audio":"AAEC","contextId":"ctx-1","isFinal":null,"alignment":{"chars":["H","i"," "],"charStartTimesMs":[0,60,120],"charDurationsMs":[60,60,60]},"normalizedAlignment":null}"#,
-        r#"{"audio":"//8=","context_id":"ctx-7"}"#,
-        r#"{"isFinal":true,"contextId":"ctx-2"}"#,
-        r#"{"is_final":true,"context_id":"ctx-3","audio":null}"#,
-        r#"{"message":"too many","error":"max_active_conversations","code":1008}"#,
-        r#"{"error":{"detail":1}}"#,
-        r#"{"flush_done":true}"#,
-    ]
+/// Every invariant on one input: `data` as text (lossily), parsed as a
+/// frame and read as a context id.
+pub fn check(data: &[u8]) {
+    let frame = String::from_utf8_lossy(data);
+    let _ = check_parse(&frame);
+    check_context_id(&frame);
 }
 
 /// The fields the invariants are checked against, read independently of
@@ -60,7 +47,7 @@ struct Probe {
 }
 
 /// What every parse promises, whatever the frame.
-fn check_parse(frame: &str) -> Result<Inbound, String> {
+pub fn check_parse(frame: &str) -> Result<Inbound, String> {
     let result = parse(frame);
     let probe = || serde_json::from_str::<Probe>(frame).expect("it parsed, so it has these");
     match &result {
@@ -85,116 +72,181 @@ fn check_parse(frame: &str) -> Result<Inbound, String> {
     result
 }
 
-/// A context is only recognised in its exact wire form: a provider that
-/// mangled our id gets no audio attributed to one of our contexts.
+/// A context in a frame is only recognised in its exact wire form.
 fn check_context(parsed: Option<ContextId>, sent: Option<String>) {
     if let Some(id) = parsed {
         assert_eq!(Some(id.to_string()), sent);
     }
 }
 
-#[test]
-fn mutated_frames_keep_the_parse_invariants() {
-    let mut m = Mutator::new(0x775_c11e7, &corpus(), TOKENS);
-    m.run_text(ITERATIONS, |frame| {
-        let _ = check_parse(frame);
-    });
+/// `ContextId::from_wire` on any text: a context only in its exact wire
+/// form; returns what it read.
+pub fn check_context_id(text: &str) -> Option<ContextId> {
+    let parsed = ContextId::from_wire(text);
+    if let Some(id) = parsed {
+        assert_eq!(id.to_string(), text);
+    }
+    parsed
 }
 
-#[test]
-fn context_ids_parse_only_in_their_exact_wire_form() {
-    let mut rng = Rng::new(5);
-    for _ in 0..2_000 {
-        let id = ContextId(rng.next_u64() >> rng.below(64));
-        assert_eq!(ContextId::from_wire(&id.to_string()), Some(id));
-        let mangled = format!("ctx-{}{}", rng.text(3), rng.next_u64() % 1_000);
-        if let Some(parsed) = ContextId::from_wire(&mangled) {
-            assert_eq!(parsed.to_string(), mangled);
+// ---- the stable smoke twin ----------------------------------------------
+
+#[cfg(test)]
+#[path = "../../../fuzz/smoke/mutator.rs"]
+mod mutator;
+
+#[cfg(test)]
+mod smoke {
+    //! Mutated ElevenLabs frames must parse into events that keep the
+    //! parser's promises, and a simulated provider fed our requests must
+    //! answer with frames that carry every voiced character of the text
+    //! back to us.
+
+    use std::collections::HashMap;
+    use std::time::{Duration, Instant};
+
+    use callgate_sim::tts::OutputFormat as SimFormat;
+    use callgate_sim::tts::protocol::{CoreParams, Outbound, SocketCore};
+
+    use super::super::{close_context, flush, init, text, voiced_chars};
+    use super::mutator::{Mutator, Rng};
+    use super::*;
+
+    const ITERATIONS: usize = 4_000;
+    const TOKENS: &[&str] = &[
+        "\"audio\"",
+        "\"contextId\"",
+        "\"context_id\"",
+        "\"isFinal\"",
+        "\"is_final\"",
+        "\"alignment\"",
+        "\"chars\"",
+        "\"error\"",
+        "\"message\"",
+        "\"ctx-1\"",
+        "\"ctx-+1\"",
+        "\"ctx-01\"",
+        "\"ctx-18446744073709551616\"",
+        "\"AAEC\"",
+        "\"//8=\"",
+    ];
+
+    fn corpus() -> Vec<&'static str> {
+        vec![
+            r#"{"audio":"AAEC","contextId":"ctx-1","isFinal":null,"alignment":{"chars":["H","i"," "],"charStartTimesMs":[0,60,120],"charDurationsMs":[60,60,60]},"normalizedAlignment":null}"#,
+            r#"{"audio":"//8=","context_id":"ctx-7"}"#,
+            r#"{"isFinal":true,"contextId":"ctx-2"}"#,
+            r#"{"is_final":true,"context_id":"ctx-3","audio":null}"#,
+            r#"{"message":"too many","error":"max_active_conversations","code":1008}"#,
+            r#"{"error":{"detail":1}}"#,
+            r#"{"flush_done":true}"#,
+        ]
+    }
+
+    /// Every mutant goes through the fuzz target's checks: as a frame and
+    /// as a context id.
+    #[test]
+    fn mutated_frames_keep_the_parse_invariants() {
+        let mut m = Mutator::new(0x775_c11e7, &corpus(), TOKENS);
+        m.run_bytes(ITERATIONS, check);
+    }
+
+    #[test]
+    fn context_ids_parse_only_in_their_exact_wire_form() {
+        let mut rng = Rng::new(5);
+        for _ in 0..2_000 {
+            let id = ContextId(rng.next_u64() >> rng.below(64));
+            assert_eq!(check_context_id(&id.to_string()), Some(id));
+            let mangled = format!("ctx-{}{}", rng.text(3), rng.next_u64() % 1_000);
+            check_context_id(&mangled);
+        }
+        for bad in [
+            "ctx-+1",
+            "ctx-01",
+            "ctx- 1",
+            "ctx-",
+            "ctx-1x",
+            "CTX-1",
+            "ctx-18446744073709551616",
+        ] {
+            assert_eq!(ContextId::from_wire(bad), None, "{bad}");
         }
     }
-    for bad in [
-        "ctx-+1",
-        "ctx-01",
-        "ctx- 1",
-        "ctx-",
-        "ctx-1x",
-        "CTX-1",
-        "ctx-18446744073709551616",
-    ] {
-        assert_eq!(ContextId::from_wire(bad), None, "{bad}");
-    }
-}
 
-fn sim_params(seed: u64) -> CoreParams {
-    CoreParams {
-        format: SimFormat::Ulaw8000,
-        max_contexts: 5,
-        first_chunk_latency: Duration::from_millis(150),
-        chars_per_second: 15.0,
-        realtime_factor: 4.0,
-        inactivity_timeout: Duration::from_secs(3_600),
-        stall_audio: false,
-        close_after: None,
-        finish_flushed_on_close: true,
-        seed,
+    fn sim_params(seed: u64) -> CoreParams {
+        CoreParams {
+            format: SimFormat::Ulaw8000,
+            max_contexts: 5,
+            first_chunk_latency: Duration::from_millis(150),
+            chars_per_second: 15.0,
+            realtime_factor: 4.0,
+            inactivity_timeout: Duration::from_secs(3_600),
+            stall_audio: false,
+            close_after: None,
+            finish_flushed_on_close: true,
+            seed,
+        }
     }
-}
 
-/// Runs the simulated provider until it has nothing left to do, parsing
-/// every frame it sends; returns voiced characters heard per context and
-/// the contexts that were finalised.
-fn drain(core: &mut SocketCore, mut now: Instant) -> (HashMap<ContextId, usize>, Vec<ContextId>) {
-    let (mut heard, mut finals) = (HashMap::new(), Vec::new());
-    loop {
-        while let Some(out) = core.poll_output() {
-            let Outbound::Text(frame) = out else {
-                panic!("the simulator closed the socket: {out:?}")
-            };
-            match check_parse(&frame) {
-                Ok(Inbound::Audio {
-                    context: Some(id),
-                    aligned_chars: Some(n),
-                    ..
-                }) => *heard.entry(id).or_default() += n,
-                Ok(Inbound::Final { context: Some(id) }) => finals.push(id),
-                other => panic!("the simulator's frame was read as {other:?}"),
+    /// Runs the simulated provider until it has nothing left to do, parsing
+    /// every frame it sends; returns voiced characters heard per context and
+    /// the contexts that were finalised.
+    fn drain(
+        core: &mut SocketCore,
+        mut now: Instant,
+    ) -> (HashMap<ContextId, usize>, Vec<ContextId>) {
+        let (mut heard, mut finals) = (HashMap::new(), Vec::new());
+        loop {
+            while let Some(out) = core.poll_output() {
+                let Outbound::Text(frame) = out else {
+                    panic!("the simulator closed the socket: {out:?}")
+                };
+                match check_parse(&frame) {
+                    Ok(Inbound::Audio {
+                        context: Some(id),
+                        aligned_chars: Some(n),
+                        ..
+                    }) => *heard.entry(id).or_default() += n,
+                    Ok(Inbound::Final { context: Some(id) }) => finals.push(id),
+                    other => panic!("the simulator's frame was read as {other:?}"),
+                }
+            }
+            match core.next_deadline() {
+                Some(d) if d < now + Duration::from_secs(3_000) => {
+                    now = now.max(d);
+                    core.handle_timeout(now);
+                }
+                _ => return (heard, finals),
             }
         }
-        match core.next_deadline() {
-            Some(d) if d < now + Duration::from_secs(3_000) => {
-                now = now.max(d);
-                core.handle_timeout(now);
-            }
-            _ => return (heard, finals),
-        }
     }
-}
 
-#[test]
-fn every_voiced_character_we_send_comes_back_in_the_alignment() {
-    let mut rng = Rng::new(11);
-    for run in 0..6 {
-        let now = Instant::now();
-        let mut core = SocketCore::new(sim_params(run), now);
-        let mut sent: HashMap<ContextId, usize> = HashMap::new();
-        let mut created = Vec::new();
-        for n in 1..=1 + rng.below(4) as u64 {
-            let id = ContextId(run * 10 + n);
-            created.push(id);
-            core.handle_text(now, &init(id));
-            for _ in 0..=rng.below(2) {
-                let piece = rng.text(30);
-                *sent.entry(id).or_default() += voiced_chars(&piece);
-                core.handle_text(now, &text(id, &piece));
+    #[test]
+    fn every_voiced_character_we_send_comes_back_in_the_alignment() {
+        let mut rng = Rng::new(11);
+        for run in 0..6 {
+            let now = Instant::now();
+            let mut core = SocketCore::new(sim_params(run), now);
+            let mut sent: HashMap<ContextId, usize> = HashMap::new();
+            let mut created = Vec::new();
+            for n in 1..=1 + rng.below(4) as u64 {
+                let id = ContextId(run * 10 + n);
+                created.push(id);
+                core.handle_text(now, &init(id));
+                for _ in 0..=rng.below(2) {
+                    let piece = rng.text(30);
+                    *sent.entry(id).or_default() += voiced_chars(&piece);
+                    core.handle_text(now, &text(id, &piece));
+                }
+                core.handle_text(now, &flush(id));
+                core.handle_text(now, &close_context(id));
             }
-            core.handle_text(now, &flush(id));
-            core.handle_text(now, &close_context(id));
+            let (heard, finals) = drain(&mut core, now);
+            sent.retain(|_, n| *n > 0);
+            assert_eq!(heard, sent, "run {run}");
+            let mut finals = finals;
+            finals.sort();
+            assert_eq!(finals, created, "each context is finalised once");
         }
-        let (heard, finals) = drain(&mut core, now);
-        sent.retain(|_, n| *n > 0);
-        assert_eq!(heard, sent, "run {run}");
-        let mut finals = finals;
-        finals.sort();
-        assert_eq!(finals, created, "each context is finalised once");
     }
 }
