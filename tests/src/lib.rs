@@ -90,6 +90,38 @@ impl Harness {
         format!("ws://{}/v1/media-stream", self.server.addr)
     }
 
+    /// The partner-stream URL.
+    pub fn partner_url(&self) -> String {
+        format!("ws://{}/v1/partner/stream", self.server.addr)
+    }
+
+    /// The ingress and partner recorded in the ledger for `call_sid`.
+    pub async fn ledger_origin(&self, call_sid: &str) -> (String, Option<String>) {
+        let row = self
+            .db
+            .query_one(
+                "SELECT ingress, partner_id FROM call_ledger WHERE carrier_call_id = $1",
+                &[&call_sid],
+            )
+            .await
+            .expect("query call_ledger");
+        (row.get(0), row.get(1))
+    }
+
+    /// Refusals recorded for a partner: (carrier call id, reason).
+    pub async fn partner_rejections(&self, partner: &str) -> Vec<(Option<String>, String)> {
+        self.db
+            .query(
+                "SELECT carrier_call_id, reason FROM admission_rejections WHERE partner_id = $1",
+                &[&partner],
+            )
+            .await
+            .expect("query admission_rejections")
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    }
+
     /// The conninfo of the throwaway cluster.
     pub fn conninfo(&self) -> String {
         self.pg.conninfo()
@@ -235,6 +267,94 @@ pub fn load(h: &Harness, calls: usize, utterances: usize) -> callgate_load::Load
         utterances,
         progress: false,
         ..callgate_load::LoadConfig::default()
+    }
+}
+
+/// A partner-protocol load configuration against the harness.
+pub fn partner_load(
+    h: &Harness,
+    key: &str,
+    format: callgate_load::PartnerFormat,
+    calls: usize,
+    utterances: usize,
+) -> callgate_load::LoadConfig {
+    callgate_load::LoadConfig {
+        url: h.partner_url(),
+        protocol: callgate_load::Protocol::Partner,
+        partner_key: Some(key.to_string()),
+        partner_format: format,
+        ..load(h, calls, utterances)
+    }
+}
+
+/// Adds partner `id` with API key `key` (only its SHA-256 goes into the
+/// configuration, as an operator would write it) and an optional quota.
+pub fn add_partner(cfg: &mut Config, id: &str, key: &str, quota: Option<u32>) {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    cfg.partners.insert(
+        id.to_string(),
+        callgate::config::PartnerConfig {
+            key_sha256: hex,
+            max_concurrent_calls: quota,
+            transfer_target: None,
+        },
+    );
+}
+
+/// Asserts that every turn delivered the bot audio the TTS simulator
+/// generated for it, within ±10 %: the greeting is the socket's context 1,
+/// reply `i` context `i + 2`. A reply cut short cannot pass as served.
+/// Needs the call to be the only (or the last) TTS session of the run.
+pub fn assert_bot_audio_delivered(h: &Harness, call: &callgate_load::CallRecord) {
+    let sessions = h.sims.tts.sessions();
+    let tts = sessions.last().expect("a TTS session");
+    let generated = |ctx: usize| {
+        tts.contexts
+            .get(&format!("ctx-{ctx}"))
+            .map(|c| c.audio_ms)
+            .unwrap_or_else(|| panic!("no audio generated for ctx-{ctx}: {tts:#?}"))
+    };
+    let mut heard = vec![call.greeting_audio_ms.expect("greeting audio measured")];
+    heard.extend(call.reply_audio_ms.iter().copied());
+    assert_eq!(heard.len(), call.replies_heard + 1, "{call:#?}");
+    for (i, got) in heard.iter().enumerate() {
+        let want = generated(i + 1);
+        let diff = got.abs_diff(want);
+        assert!(
+            want > 0 && diff * 10 <= want,
+            "turn {i}: caller heard {got} ms of bot audio, TTS generated {want} ms: {call:#?}"
+        );
+    }
+}
+
+/// How often [`eventually`] looks again.
+const POLL: Duration = Duration::from_millis(25);
+
+/// Polls `probe` every [`POLL`] until `done` accepts what it returned, and
+/// returns that value (so the caller's assertions run on it). Panics once
+/// `deadline` has passed, naming `what` and the last value observed; a
+/// probe that itself hangs past the deadline panics the same way.
+pub async fn eventually<T: std::fmt::Debug>(
+    deadline: Duration,
+    what: &str,
+    mut probe: impl AsyncFnMut() -> T,
+    done: impl Fn(&T) -> bool,
+) -> T {
+    let until = tokio::time::Instant::now() + deadline;
+    let mut last = None;
+    loop {
+        match tokio::time::timeout_at(until, probe()).await {
+            Ok(value) if done(&value) => return value,
+            Ok(value) => last = Some(value),
+            Err(_) => {}
+        }
+        assert!(
+            tokio::time::Instant::now() + POLL < until,
+            "timed out after {deadline:?} waiting for {what}; last observed: {last:?}"
+        );
+        tokio::time::sleep(POLL).await;
     }
 }
 

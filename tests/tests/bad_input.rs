@@ -7,7 +7,7 @@ use std::time::Duration;
 use callgate_load::Outcome;
 use callgate_sim::SimConfig;
 use callgate_tests::raw::{RawCall, ServerMsg};
-use callgate_tests::{Harness, load};
+use callgate_tests::{Harness, eventually, load};
 
 const T: Duration = Duration::from_secs(15);
 
@@ -135,36 +135,4 @@ async fn streams_that_never_become_calls_are_refused_clearly() {
     );
     h.assert_all_closed().await;
     h.stop().await;
-}
-
-/// How often [`eventually`] looks again.
-const POLL: Duration = Duration::from_millis(25);
-
-/// Polls `probe` every [`POLL`] until `done` accepts what it returned, and
-/// returns that value (so the caller's assertions run on it). Panics once
-/// `deadline` has passed, naming `what` and the last value observed; a probe
-/// that itself hangs past the deadline panics the same way.
-///
-/// (Identical in `bad_input.rs` and `operations.rs`; a candidate for
-/// `callgate_tests`.)
-async fn eventually<T: std::fmt::Debug>(
-    deadline: Duration,
-    what: &str,
-    mut probe: impl AsyncFnMut() -> T,
-    done: impl Fn(&T) -> bool,
-) -> T {
-    let until = tokio::time::Instant::now() + deadline;
-    let mut last = None;
-    loop {
-        match tokio::time::timeout_at(until, probe()).await {
-            Ok(value) if done(&value) => return value,
-            Ok(value) => last = Some(value),
-            Err(_) => {}
-        }
-        assert!(
-            tokio::time::Instant::now() + POLL < until,
-            "timed out after {deadline:?} waiting for {what}; last observed: {last:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use callgate::config::MaxCalls;
 use callgate_load::Outcome;
 use callgate_sim::SimConfig;
-use callgate_tests::{Harness, load, write_config};
+use callgate_tests::{Harness, eventually, load, write_config};
 
 /// Bound on waiting for a condition the server reaches on its own.
 const T: Duration = Duration::from_secs(15);
@@ -194,96 +194,59 @@ async fn a_drain_refuses_new_calls_loudly_and_lets_live_ones_finish() {
     h.stop().await;
 }
 
-/// This host's address on its default route, if it has one that is not
-/// loopback (no packet is sent: a UDP `connect` only picks the route).
-fn non_loopback_ip() -> Option<std::net::IpAddr> {
-    let probe = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    probe.connect("192.0.2.1:9").ok()?;
-    let ip = probe.local_addr().ok()?.ip();
-    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+/// One request through the server's real router, as if it came from `peer`
+/// (the listener attaches the peer address the same way).
+async fn admin(h: &Harness, peer: [u8; 4], method: &str, path: &str, auth: Option<&str>) -> (u16, String) {
+    use tower::ServiceExt;
+    let mut req = axum::http::Request::builder().method(method).uri(path);
+    if let Some(auth) = auth {
+        req = req.header("authorization", auth);
+    }
+    let mut req = req.body(axum::body::Body::empty()).unwrap();
+    let addr = std::net::SocketAddr::from((peer, 40_000));
+    req.extensions_mut().insert(axum::extract::ConnectInfo(addr));
+    let resp = callgate::http::router(h.server.app.clone())
+        .oneshot(req)
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body = axum::body::to_bytes(resp.into_body(), 64 * 1024).await.unwrap();
+    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admin_endpoints_serve_loopback_and_need_the_token_from_elsewhere() {
-    let Some(ip) = non_loopback_ip() else {
-        eprintln!("SKIPPED: this host has no non-loopback address to call the admin API from");
-        return;
-    };
-    let h = Harness::start(SimConfig::default(), |c| {
-        c.server.listen = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
-        c.server.admin_token = None;
-    })
-    .await;
-    let port = h.server.addr.port();
-    let http = reqwest::Client::new();
-    let get = async |host: std::net::IpAddr, auth: Option<&str>| {
-        let mut req = http.get(format!(
-            "http://{}/admin/status",
-            std::net::SocketAddr::new(host, port)
-        ));
-        if let Some(auth) = auth {
-            req = req.header("authorization", auth);
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status().as_u16();
-        (status, resp.text().await.unwrap())
-    };
-    let loopback = std::net::IpAddr::from([127, 0, 0, 1]);
+async fn admin_endpoints_are_closed_to_remote_peers_without_the_token() {
+    let h = Harness::start(SimConfig::default(), |c| c.server.admin_token = None).await;
+    const REMOTE: [u8; 4] = [203, 0, 113, 7];
+    const LOOPBACK: [u8; 4] = [127, 0, 0, 1];
 
-    let (status, body) = get(loopback, None).await;
-    assert_eq!(status, 200, "loopback needs no token: {body}");
-    let (status, body) = get(ip, None).await;
+    // No token configured: a remote drain is refused and changes nothing.
+    let (status, body) = admin(&h, REMOTE, "POST", "/admin/drain", None).await;
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("loopback only"), "{body}");
     assert_eq!(body.lines().count(), 1, "a one-line reason: {body:?}");
-    let (status, _) = get(ip, Some("Bearer guess")).await;
+    let (status, _) = admin(&h, REMOTE, "POST", "/admin/drain", Some("Bearer guess")).await;
     assert_eq!(status, 401, "no token configured: nothing is accepted");
+    let (status, _) = admin(&h, REMOTE, "POST", "/admin/reload", None).await;
+    assert_eq!(status, 401);
+    assert!(!h.server.app.gate.is_draining(), "a refused drain does not drain");
+    // Loopback may look without a token.
+    let (status, body) = admin(&h, LOOPBACK, "GET", "/admin/status", None).await;
+    assert_eq!(status, 200, "{body}");
 
+    // A token configured: everyone needs it, loopback included.
     let mut cfg = h.server.app.cfg().as_ref().clone();
     cfg.server.admin_token = Some("op-token-1".into());
     h.server.app.apply(cfg);
-    let (status, body) = get(ip, Some("Bearer op-token-1")).await;
-    assert_eq!(status, 200, "{body}");
-    let (status, body) = get(ip, Some("Bearer op-token-2")).await;
+    let (status, body) = admin(&h, REMOTE, "GET", "/admin/status", Some("Bearer op-token-2")).await;
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("admin token required"), "{body}");
-    let (status, _) = get(ip, None).await;
-    assert_eq!(status, 401);
-    let (status, _) = get(loopback, None).await;
-    assert_eq!(status, 200, "loopback still needs no token");
+    let (status, _) = admin(&h, LOOPBACK, "GET", "/admin/status", None).await;
+    assert_eq!(status, 401, "loopback needs the token once one is set");
+    let (status, body) = admin(&h, REMOTE, "GET", "/admin/status", Some("Bearer op-token-1")).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(!h.server.app.gate.is_draining());
 
     h.assert_all_closed().await;
     h.stop().await;
-}
-
-/// How often [`eventually`] looks again.
-const POLL: Duration = Duration::from_millis(25);
-
-/// Polls `probe` every [`POLL`] until `done` accepts what it returned, and
-/// returns that value (so the caller's assertions run on it). Panics once
-/// `deadline` has passed, naming `what` and the last value observed; a probe
-/// that itself hangs past the deadline panics the same way.
-///
-/// (Identical in `bad_input.rs` and `operations.rs`; a candidate for
-/// `callgate_tests`.)
-async fn eventually<T: std::fmt::Debug>(
-    deadline: Duration,
-    what: &str,
-    mut probe: impl AsyncFnMut() -> T,
-    done: impl Fn(&T) -> bool,
-) -> T {
-    let until = tokio::time::Instant::now() + deadline;
-    let mut last = None;
-    loop {
-        match tokio::time::timeout_at(until, probe()).await {
-            Ok(value) if done(&value) => return value,
-            Ok(value) => last = Some(value),
-            Err(_) => {}
-        }
-        assert!(
-            tokio::time::Instant::now() + POLL < until,
-            "timed out after {deadline:?} waiting for {what}; last observed: {last:?}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
 }
