@@ -42,6 +42,7 @@ fn params(a: u8, b: u8) -> CoreParams {
         stall_audio: a & 0x40 != 0,
         close_after: (b & 0x40 != 0).then(|| Duration::from_millis(u64::from(a) * 20)),
         finish_flushed_on_close: a & 0x80 != 0,
+        ignore_close_socket: b & 0x80 != 0,
         seed: u64::from(a) << 8 | u64::from(b),
     }
 }

@@ -5,7 +5,7 @@
 use callgate_load::Outcome;
 use callgate_sim::SimConfig;
 use callgate_sim::script::DEFAULT_CALLER_SCRIPT;
-use callgate_tests::{Harness, assert_stamps_in_order, load};
+use callgate_tests::{Harness, assert_bot_audio_delivered, assert_stamps_in_order, load};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_is_heard_answered_recorded_and_closed() {
@@ -24,12 +24,22 @@ async fn a_call_is_heard_answered_recorded_and_closed() {
         "a reply to each utterance: {call:#?}"
     );
     assert_eq!(call.reply_latency_ms.len(), 3);
+    assert_bot_audio_delivered(&h, call);
+    let tts = h.sims.tts.stats();
+    assert_eq!(tts.output_formats.get("ulaw_8000"), Some(&1), "{tts:#?}");
+    let stt = h.sims.stt.stats();
+    assert_eq!(stt.formats.get("mulaw/8000"), Some(&1), "{stt:#?}");
 
     let ledger = h.closed_ledger(&call.call_sid.to_string()).await;
     assert_eq!(ledger.cleanup_status, "completed");
     assert_eq!(ledger.end_reason.as_deref(), Some("caller_hangup"));
     assert_stamps_in_order(&ledger);
-    assert_eq!(ledger.stats["active_counter_delta"]["increment"], 1);
+    assert_eq!(
+        ledger.stats["active_counter_delta"],
+        serde_json::json!({"increment": 1, "decrement": 1}),
+        "the permit's own counts"
+    );
+    assert_eq!(ledger.stats["media"]["format"], "mulaw_8000");
     assert_eq!(ledger.stats["writes_lost"], 0);
 
     let turns = h.transcript(ledger.call_id).await;

@@ -196,7 +196,13 @@ async fn a_drain_refuses_new_calls_loudly_and_lets_live_ones_finish() {
 
 /// One request through the server's real router, as if it came from `peer`
 /// (the listener attaches the peer address the same way).
-async fn admin(h: &Harness, peer: [u8; 4], method: &str, path: &str, auth: Option<&str>) -> (u16, String) {
+async fn admin(
+    h: &Harness,
+    peer: [u8; 4],
+    method: &str,
+    path: &str,
+    auth: Option<&str>,
+) -> (u16, String) {
     use tower::ServiceExt;
     let mut req = axum::http::Request::builder().method(method).uri(path);
     if let Some(auth) = auth {
@@ -204,13 +210,16 @@ async fn admin(h: &Harness, peer: [u8; 4], method: &str, path: &str, auth: Optio
     }
     let mut req = req.body(axum::body::Body::empty()).unwrap();
     let addr = std::net::SocketAddr::from((peer, 40_000));
-    req.extensions_mut().insert(axum::extract::ConnectInfo(addr));
+    req.extensions_mut()
+        .insert(axum::extract::ConnectInfo(addr));
     let resp = callgate::http::router(h.server.app.clone())
         .oneshot(req)
         .await
         .unwrap();
     let status = resp.status().as_u16();
-    let body = axum::body::to_bytes(resp.into_body(), 64 * 1024).await.unwrap();
+    let body = axum::body::to_bytes(resp.into_body(), 64 * 1024)
+        .await
+        .unwrap();
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
@@ -229,7 +238,10 @@ async fn admin_endpoints_are_closed_to_remote_peers_without_the_token() {
     assert_eq!(status, 401, "no token configured: nothing is accepted");
     let (status, _) = admin(&h, REMOTE, "POST", "/admin/reload", None).await;
     assert_eq!(status, 401);
-    assert!(!h.server.app.gate.is_draining(), "a refused drain does not drain");
+    assert!(
+        !h.server.app.gate.is_draining(),
+        "a refused drain does not drain"
+    );
     // Loopback may look without a token.
     let (status, body) = admin(&h, LOOPBACK, "GET", "/admin/status", None).await;
     assert_eq!(status, 200, "{body}");
@@ -238,12 +250,26 @@ async fn admin_endpoints_are_closed_to_remote_peers_without_the_token() {
     let mut cfg = h.server.app.cfg().as_ref().clone();
     cfg.server.admin_token = Some("op-token-1".into());
     h.server.app.apply(cfg);
-    let (status, body) = admin(&h, REMOTE, "GET", "/admin/status", Some("Bearer op-token-2")).await;
+    let (status, body) = admin(
+        &h,
+        REMOTE,
+        "GET",
+        "/admin/status",
+        Some("Bearer op-token-2"),
+    )
+    .await;
     assert_eq!(status, 401, "{body}");
     assert!(body.contains("admin token required"), "{body}");
     let (status, _) = admin(&h, LOOPBACK, "GET", "/admin/status", None).await;
     assert_eq!(status, 401, "loopback needs the token once one is set");
-    let (status, body) = admin(&h, REMOTE, "GET", "/admin/status", Some("Bearer op-token-1")).await;
+    let (status, body) = admin(
+        &h,
+        REMOTE,
+        "GET",
+        "/admin/status",
+        Some("Bearer op-token-1"),
+    )
+    .await;
     assert_eq!(status, 200, "{body}");
     assert!(!h.server.app.gate.is_draining());
 

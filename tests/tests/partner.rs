@@ -9,9 +9,7 @@ use callgate::config::MaxCalls;
 use callgate_load::{Outcome, PartnerFormat};
 use callgate_sim::SimConfig;
 use callgate_sim::script::DEFAULT_CALLER_SCRIPT;
-use callgate_tests::{
-    Harness, add_partner, assert_bot_audio_delivered, eventually, partner_load,
-};
+use callgate_tests::{Harness, add_partner, assert_bot_audio_delivered, eventually, partner_load};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_16_khz_partner_call_is_heard_answered_and_recorded() {
@@ -23,9 +21,18 @@ async fn a_16_khz_partner_call_is_heard_answered_and_recorded() {
     let report = callgate_load::run(partner_load(&h, "acme-key-1", PartnerFormat::L16, 1, 3)).await;
     let call = &report.calls[0];
     assert_eq!(call.outcome, Outcome::Completed, "{call:#?}");
-    assert!(call.time_to_first_audio_ms.is_some(), "greeting not heard: {call:#?}");
-    assert_eq!(call.replies_heard, 3, "a reply to each utterance: {call:#?}");
-    assert!(call.session_id.is_some(), "`started` carries callgate's id: {call:#?}");
+    assert!(
+        call.time_to_first_audio_ms.is_some(),
+        "greeting not heard: {call:#?}"
+    );
+    assert_eq!(
+        call.replies_heard, 3,
+        "a reply to each utterance: {call:#?}"
+    );
+    assert!(
+        call.session_id.is_some(),
+        "`started` carries callgate's id: {call:#?}"
+    );
     assert_bot_audio_delivered(&h, call);
 
     // Neither provider transcoded: STT took the leg's 16 kHz linear audio,
@@ -42,7 +49,10 @@ async fn a_16_khz_partner_call_is_heard_answered_and_recorded() {
     assert_eq!(ledger.stats["media"]["format"], "l16_16000");
     assert_eq!(ledger.stats["active_counter_delta"]["decrement"], 1);
     let (ingress, partner) = h.ledger_origin(&sid).await;
-    assert_eq!((ingress.as_str(), partner.as_deref()), ("partner", Some("acme")));
+    assert_eq!(
+        (ingress.as_str(), partner.as_deref()),
+        ("partner", Some("acme"))
+    );
     let caller: Vec<String> = h
         .transcript(ledger.call_id)
         .await
@@ -50,7 +60,11 @@ async fn a_16_khz_partner_call_is_heard_answered_and_recorded() {
         .filter(|t| t.0 == "caller")
         .map(|t| t.1)
         .collect();
-    assert_eq!(caller, DEFAULT_CALLER_SCRIPT[..3].to_vec(), "caller turns = the STT script");
+    assert_eq!(
+        caller,
+        DEFAULT_CALLER_SCRIPT[..3].to_vec(),
+        "caller turns = the STT script"
+    );
 
     h.assert_all_closed().await;
     h.stop().await;
@@ -83,7 +97,8 @@ async fn unknown_or_missing_partner_keys_are_refused_before_the_upgrade() {
         .await
         .unwrap();
     assert!(
-        text.lines().any(|l| l.starts_with("callgate_partner_auth_refused_total{why=\"unknown_key\"} 1")),
+        text.lines()
+            .any(|l| l.starts_with("callgate_partner_auth_refused_total{why=\"unknown_key\"} 1")),
         "{text}"
     );
     h.stop().await;
@@ -124,7 +139,12 @@ async fn a_partner_over_its_quota_is_transferred_while_another_is_admitted() {
 
     // ... while another partner is admitted meanwhile.
     let other = callgate_load::run(partner_load(&h, "globex-key", PartnerFormat::L16, 1, 1)).await;
-    assert_eq!(other.calls[0].outcome, Outcome::Completed, "{:#?}", other.calls[0]);
+    assert_eq!(
+        other.calls[0].outcome,
+        Outcome::Completed,
+        "{:#?}",
+        other.calls[0]
+    );
 
     let held = held.await.unwrap();
     for c in &held.calls {
@@ -133,7 +153,10 @@ async fn a_partner_over_its_quota_is_transferred_while_another_is_admitted() {
             matches!(c.outcome, Outcome::Completed | Outcome::EndedByBot { .. }),
             "{c:#?}"
         );
-        assert_eq!(c.end_message_reason.is_some(), matches!(c.outcome, Outcome::EndedByBot { .. }));
+        assert_eq!(
+            c.end_message_reason.is_some(),
+            matches!(c.outcome, Outcome::EndedByBot { .. })
+        );
     }
     let refused = h.partner_rejections("acme").await;
     assert_eq!(

@@ -30,6 +30,21 @@ async fn stt_429_sends_the_call_to_the_overflow_path_with_the_reason_recorded() 
     let ledger = h.closed_ledger(&call.call_sid.to_string()).await;
     assert_eq!(ledger.end_reason.as_deref(), Some("setup_failed:stt"));
     assert_eq!(ledger.cleanup_status, "completed");
+    // Measured, not assumed: the caller did not hang up (the stream was
+    // closed for the transfer), so no disconnect was observed; cleanup
+    // completed after the prompt and the permit's release.
+    assert_eq!(ledger.stamps[4], None, "no disconnect observed: {ledger:?}");
+    let admitted = ledger.stamps[0].unwrap();
+    let cleaned = ledger.stamps[5].unwrap();
+    let prompt = std::time::Duration::from_secs(3);
+    assert!(
+        cleaned.duration_since(admitted).unwrap() >= prompt,
+        "cleanup is stamped after the overflow prompt played: {ledger:?}"
+    );
+    assert_eq!(
+        ledger.stats["active_counter_delta"],
+        serde_json::json!({"increment": 1, "decrement": 1})
+    );
     assert!(
         h.event_kinds(ledger.call_id)
             .await

@@ -1,9 +1,10 @@
 //! The HTTP surface: the media-stream endpoint, health, metrics, admin.
 //!
-//! `/admin/*` is closed by default: a request from a loopback peer is
-//! served; any other needs `Authorization: Bearer <server.admin_token>`, and
-//! without a configured token it is refused outright (see
-//! [`admin_allowed`]). The peer address comes from the listener
+//! `/admin/*` is closed by default: without a configured
+//! `server.admin_token` only loopback peers are served; once a token is
+//! configured every request needs `Authorization: Bearer <token>` — from
+//! loopback too, since behind a reverse proxy on the same host every
+//! request arrives from loopback (see [`admin_allowed`]). The peer address comes from the listener
 //! (`ConnectInfo`, set up in `server`), so a router served without it
 //! refuses every admin request.
 
@@ -91,16 +92,13 @@ fn refresh_gauges(app: &App) {
     metrics::gauge!("callgate_db_pool_waiting").set(pool.waiting as f64);
 }
 
-/// Whether an `/admin/*` request may proceed. A loopback peer (127.0.0.0/8,
-/// `::1`, or either as an IPv4-mapped IPv6 address) always may; any other
-/// only with `Authorization: Bearer <token>` matching a configured,
-/// non-empty `token_cfg`. No configured token: loopback only.
+/// Whether an `/admin/*` request may proceed. With no configured (or an
+/// empty) token: only a loopback peer (127.0.0.0/8, `::1`, or either as an
+/// IPv4-mapped IPv6 address). With a token: any peer presenting
+/// `Authorization: Bearer <token>`, and no peer without it.
 pub fn admin_allowed(peer: IpAddr, token_cfg: Option<&str>, auth_header: Option<&str>) -> bool {
-    if peer.to_canonical().is_loopback() {
-        return true;
-    }
     let Some(token) = token_cfg.filter(|t| !t.is_empty()) else {
-        return false;
+        return peer.to_canonical().is_loopback();
     };
     auth_header
         .and_then(|h| {
@@ -212,14 +210,20 @@ mod tests {
     const V4_REMOTE: IpAddr = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7));
 
     #[test]
-    fn loopback_is_allowed_without_a_token() {
+    fn loopback_is_allowed_while_no_token_is_configured() {
         for peer in [
             V4_LOOPBACK,
             IpAddr::V4(Ipv4Addr::new(127, 8, 9, 10)),
             IpAddr::V6(Ipv6Addr::LOCALHOST),
         ] {
             assert!(admin_allowed(peer, None, None), "{peer}");
-            assert!(admin_allowed(peer, Some("s3cret"), None), "{peer}");
+            // Once a token is set, loopback needs it too (a proxy on the
+            // same host makes every request a loopback one).
+            assert!(!admin_allowed(peer, Some("s3cret"), None), "{peer}");
+            assert!(
+                admin_allowed(peer, Some("s3cret"), Some("Bearer s3cret")),
+                "{peer}"
+            );
         }
     }
 

@@ -73,6 +73,9 @@ pub struct TtsSimConfig {
     /// what barge-in wants; `true` models the documented behaviour, so a
     /// client must drop late audio itself.
     pub finish_flushed_on_close: bool,
+    /// Fault: never answer `close_socket` (the client's close times out;
+    /// the inactivity timeout still ends the socket).
+    pub ignore_close_socket: bool,
 }
 
 impl Default for TtsSimConfig {
@@ -89,6 +92,7 @@ impl Default for TtsSimConfig {
             close_after_ms: None,
             fail_upgrade_status: None,
             finish_flushed_on_close: false,
+            ignore_close_socket: false,
         }
     }
 }
@@ -437,6 +441,7 @@ fn core_params(
         stall_audio: cfg.stall_audio,
         close_after: cfg.close_after_ms.map(Duration::from_millis),
         finish_flushed_on_close: cfg.finish_flushed_on_close,
+        ignore_close_socket: cfg.ignore_close_socket,
         seed: socket_no,
     })
 }

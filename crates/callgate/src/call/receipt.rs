@@ -159,9 +159,15 @@ mod tests {
         let gate = gate();
         let permit = gate.try_admit(Instant::now()).unwrap();
         let tally = permit.tally();
-        assert_eq!(delta_json(tally.delta()), serde_json::json!({"increment": 1, "decrement": 0}));
+        assert_eq!(
+            delta_json(tally.delta()),
+            serde_json::json!({"increment": 1, "decrement": 0})
+        );
         permit.release(Instant::now());
-        assert_eq!(delta_json(tally.delta()), serde_json::json!({"increment": 1, "decrement": 1}));
+        assert_eq!(
+            delta_json(tally.delta()),
+            serde_json::json!({"increment": 1, "decrement": 1})
+        );
     }
 
     #[test]
@@ -171,8 +177,15 @@ mod tests {
         let tally = permit.tally();
         std::mem::forget(permit);
         let delta = tally.delta();
-        assert_eq!(delta_json(delta), serde_json::json!({"increment": 1, "decrement": 0}));
-        assert_eq!(gate.snapshot().active, 1, "the leak is visible in the gate too");
+        assert_eq!(
+            delta_json(delta),
+            serde_json::json!({"increment": 1, "decrement": 0})
+        );
+        assert_eq!(
+            gate.snapshot().active,
+            1,
+            "the leak is visible in the gate too"
+        );
         let cleanup = Cleanup {
             permit_unreleased: delta.decrement != 1,
             ..Cleanup::default()

@@ -70,6 +70,8 @@ pub struct CoreParams {
     /// `close_context` lets already flushed text finish (ElevenLabs'
     /// documented behaviour) instead of stopping at once.
     pub finish_flushed_on_close: bool,
+    /// Never answer `close_socket` (a provider whose close hangs).
+    pub ignore_close_socket: bool,
     /// Seed for the speech synthesiser (distinct sockets sound different).
     pub seed: u64,
 }
@@ -269,6 +271,10 @@ impl SocketCore {
 
     fn dispatch(&mut self, now: Instant, msg: ClientMessage) {
         if msg.close_socket == Some(true) {
+            if self.params.ignore_close_socket {
+                tracing::debug!("close_socket ignored (fault)");
+                return;
+            }
             return self.close_socket();
         }
         let text = msg.text.unwrap_or_default();

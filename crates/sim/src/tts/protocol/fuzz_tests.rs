@@ -58,6 +58,7 @@ fn random_params(rng: &mut Rng) -> CoreParams {
             .one_in(8)
             .then(|| Duration::from_millis(rng.below(5_000) as u64)),
         finish_flushed_on_close: rng.one_in(2),
+        ignore_close_socket: rng.one_in(8),
         seed: rng.next_u64(),
     }
 }

@@ -14,6 +14,7 @@ fn params() -> CoreParams {
         stall_audio: false,
         close_after: None,
         finish_flushed_on_close: false,
+        ignore_close_socket: false,
         seed: 7,
     }
 }
