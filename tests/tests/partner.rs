@@ -166,6 +166,24 @@ async fn a_partner_over_its_quota_is_transferred_while_another_is_admitted() {
     );
     assert!(h.partner_rejections("globex").await.is_empty());
     assert_eq!(h.server.app.gate.snapshot().rejected_total.partner_quota, 1);
+    let text = reqwest::get(format!("http://{}/metrics", h.server.addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "callgate_partner_quota_calls{partner=\"acme\"} 2",
+        "callgate_partner_calls{partner=\"globex\",state=\"active\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+    }
+    assert!(
+        text.lines().any(|l| l.starts_with("callgate_admission_rejections_total{")
+            && l.contains("reason=\"partner_quota\"")
+            && l.ends_with(" 1")),
+        "{text}"
+    );
 
     h.assert_all_closed().await;
     h.stop().await;

@@ -90,6 +90,24 @@ fn refresh_gauges(app: &App) {
     metrics::gauge!("callgate_db_pool_size").set(pool.size as f64);
     metrics::gauge!("callgate_db_pool_available").set(pool.available as f64);
     metrics::gauge!("callgate_db_pool_waiting").set(pool.waiting as f64);
+    refresh_partner_gauges(app, &snap.partners);
+}
+
+/// Calls each configured partner holds in the gate (labels bounded by the
+/// configuration), and its quota where it has one.
+fn refresh_partner_gauges(app: &App, loads: &[admission::PartnerLoad]) {
+    for (id, p) in &app.cfg().partners {
+        let load = loads.iter().find(|l| l.partner.as_str() == id.as_str());
+        let (active, queued) = load.map_or((0, 0), |l| (l.active, l.queued));
+        let partner = id.clone();
+        metrics::gauge!(m::PARTNER_CALLS, "partner" => partner.clone(), "state" => "active")
+            .set(f64::from(active));
+        metrics::gauge!(m::PARTNER_CALLS, "partner" => partner.clone(), "state" => "queued")
+            .set(f64::from(queued));
+        if let Some(q) = p.max_concurrent_calls {
+            metrics::gauge!(m::PARTNER_QUOTA, "partner" => partner).set(f64::from(q));
+        }
+    }
 }
 
 /// Whether an `/admin/*` request may proceed. With no configured (or an

@@ -18,6 +18,10 @@ pub const ADMITTED: &str = "callgate_calls_admitted_total";
 pub const REJECTED: &str = "callgate_admission_rejections_total";
 /// Partner upgrades refused before the upgrade (401), by why.
 pub const PARTNER_AUTH_REFUSED: &str = "callgate_partner_auth_refused_total";
+/// Calls a partner holds in the gate now, by `state` (`active`, `queued`).
+pub const PARTNER_CALLS: &str = "callgate_partner_calls";
+/// A partner's `max_concurrent_calls`.
+pub const PARTNER_QUOTA: &str = "callgate_partner_quota_calls";
 pub const SETUP_SECONDS: &str = "callgate_call_setup_seconds";
 pub const SETUP_FAILURES: &str = "callgate_call_setup_failures_total";
 pub const CALLS_ENDED: &str = "callgate_calls_ended_total";

@@ -69,8 +69,9 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
     let addr = listener.local_addr()?;
     let stop_http = CancellationToken::new();
     warn_if_admin_is_loopback_only(addr, &app.cfg());
-    // The peer address reaches the handlers: `/admin/*` serves loopback
-    // peers without a token (see `http::admin_allowed`).
+    warn_if_ingress_is_open(addr, &app.cfg());
+    // The peer address reaches the handlers: while no admin token is set,
+    // `/admin/*` serves loopback peers only (see `http::admin_allowed`).
     let router = http::router(Arc::clone(&app)).into_make_service_with_connect_info::<SocketAddr>();
     let stop = stop_http.clone();
     let http = tokio::spawn(async move {
@@ -101,6 +102,21 @@ fn warn_if_admin_is_loopback_only(addr: SocketAddr, cfg: &Config) {
             %addr,
             "server.admin_token is not set: /admin/* accepts requests from loopback only until it is"
         );
+    }
+}
+
+/// Ingresses that accept calls from anyone who can reach the listener:
+/// said loudly at startup (DESIGN: control surfaces closed by default).
+fn warn_if_ingress_is_open(addr: SocketAddr, cfg: &Config) {
+    let exposed = !addr.ip().to_canonical().is_loopback();
+    if exposed && cfg.twilio.auth_token.as_deref().is_none_or(str::is_empty) {
+        warn!(
+            %addr,
+            "twilio.auth_token is not set: /v1/media-stream accepts unsigned streams from anyone who can reach this listener"
+        );
+    }
+    if cfg.partners.is_empty() {
+        tracing::info!("no [partners.<id>] configured: /v1/partner/stream refuses every upgrade (401)");
     }
 }
 
