@@ -179,9 +179,10 @@ async fn a_partner_over_its_quota_is_transferred_while_another_is_admitted() {
         assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
     }
     assert!(
-        text.lines().any(|l| l.starts_with("callgate_admission_rejections_total{")
-            && l.contains("reason=\"partner_quota\"")
-            && l.ends_with(" 1")),
+        text.lines()
+            .any(|l| l.starts_with("callgate_admission_rejections_total{")
+                && l.contains("reason=\"partner_quota\"")
+                && l.ends_with(" 1")),
         "{text}"
     );
 

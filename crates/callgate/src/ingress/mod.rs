@@ -59,14 +59,16 @@ pub async fn run<L: Leg>(app: Arc<App>, mut leg: L, arrival: Arrival) {
     let permit = match wait_admission(&app, &mut leg, &arrival).await {
         Admission::Admitted(p) => p,
         Admission::Rejected(r) => return reject(&app, leg, &arrival, r).await,
-        Admission::Abandoned(why) => {
-            info!(why = %why, waited_ms = millis(asked.elapsed()), "caller left while waiting for admission");
+        Admission::Abandoned(left) => {
+            info!(why = ?left, waited_ms = millis(asked.elapsed()), "caller left while waiting for admission");
             record_refusal(&app, &arrival, Refusal::CallerAbandoned, asked.elapsed());
-            leg.finish(
-                Finish::Release,
-                crate::config::ms(app.cfg().call.teardown_timeout_ms),
-            )
-            .await;
+            // A peer that broke the protocol is told why; one that left is released.
+            let how = match left {
+                LegEvent::Violation(v) => Finish::Refuse(v),
+                _ => Finish::Release,
+            };
+            let bound = crate::config::ms(app.cfg().call.teardown_timeout_ms);
+            leg.finish(how, bound).await;
             return;
         }
     };
@@ -85,7 +87,8 @@ pub async fn run<L: Leg>(app: Arc<App>, mut leg: L, arrival: Arrival) {
 enum Admission {
     Admitted(Permit),
     Rejected(Rejection),
-    Abandoned(String),
+    /// The leg's terminal event: the caller left or broke the protocol.
+    Abandoned(LegEvent),
 }
 
 /// Waits for a slot (FIFO, bounded by the queue timeout) while reading the
@@ -142,12 +145,10 @@ const QUEUE_TICK: Duration = crate::prompts::CHUNK;
 
 /// Whether the caller left while queued (hang-up, lost transport, bad input).
 fn left_queue(leg: &mut impl Leg) -> Option<Admission> {
-    leg.ready_events().into_iter().find_map(|ev| match ev {
-        LegEvent::Hangup => Some(Admission::Abandoned("hangup".into())),
-        LegEvent::Gone(why) => Some(Admission::Abandoned(why)),
-        LegEvent::Violation(v) => Some(Admission::Abandoned(format!("protocol error: {v}"))),
-        _ => None,
-    })
+    leg.ready_events()
+        .into_iter()
+        .find(LegEvent::is_terminal)
+        .map(Admission::Abandoned)
 }
 
 async fn reject<L: Leg>(app: &App, leg: L, arrival: &Arrival, r: Rejection) {
@@ -278,7 +279,7 @@ async fn setup_failed<L: Leg>(
     let (peer_left_at, forced) = match &hangup {
         Some(end) => (
             Some(end.at),
-            leg.finish(Finish::Release, bound).await.forced,
+            leg.finish(Finish::for_end(end, None), bound).await.forced,
         ),
         None => {
             let partner = a.partner.as_ref().map(ToString::to_string);
