@@ -90,12 +90,7 @@ async fn unknown_or_missing_partner_keys_are_refused_before_the_upgrade() {
     let snap = h.server.app.gate.snapshot();
     assert_eq!(snap.rejected_total.total(), 0);
     assert_eq!(h.sims.stt.stats().total_sessions, 0);
-    let text = reqwest::get(format!("http://{}/metrics", h.server.addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = h.metrics_text().await;
     assert!(
         text.lines()
             .any(|l| l.starts_with("callgate_partner_auth_refused_total{why=\"unknown_key\"} 1")),
@@ -166,12 +161,7 @@ async fn a_partner_over_its_quota_is_transferred_while_another_is_admitted() {
     );
     assert!(h.partner_rejections("globex").await.is_empty());
     assert_eq!(h.server.app.gate.snapshot().rejected_total.partner_quota, 1);
-    let text = reqwest::get(format!("http://{}/metrics", h.server.addr))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = h.metrics_text().await;
     for line in [
         "callgate_partner_quota_calls{partner=\"acme\"} 2",
         "callgate_partner_calls{partner=\"globex\",state=\"active\"} 0",

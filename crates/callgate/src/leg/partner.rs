@@ -12,21 +12,20 @@ use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket};
 use futures_util::StreamExt;
-use futures_util::stream::SplitStream;
 
 use super::partner_wire::{self as wire, Inbound, WireError, WireFormat};
-use super::ws::{self, Out, WsWriter};
+use super::ws::{self, Out, WsCodec, WsLink};
 use super::{Finish, Finished, Leg, LegEvent, LegFormat, LegStats, Violation};
-use crate::metrics as m;
 
 /// One partner connection.
 pub struct PartnerLeg {
-    rx: SplitStream<WebSocket>,
-    writer: WsWriter,
+    link: WsLink<Codec>,
+}
+
+/// The partner side of the link: JSON text control, binary audio frames.
+struct Codec {
     format: WireFormat,
     audio: bool,
-    closed: bool,
-    stats: LegStats,
 }
 
 /// Why a connection ended before it became a call (already told to the partner).
@@ -40,19 +39,17 @@ impl PartnerLeg {
         socket: WebSocket,
         timeout: Duration,
     ) -> Result<(PartnerLeg, wire::Start), NoStart> {
-        let (rx, writer) = ws::split(socket);
-        let mut leg = PartnerLeg {
-            rx,
-            writer,
+        let codec = Codec {
             format: WireFormat::L16k16,
             audio: false,
-            closed: false,
-            stats: LegStats::default(),
+        };
+        let mut leg = PartnerLeg {
+            link: WsLink::new(socket, codec),
         };
         let read = tokio::time::timeout(timeout, leg.read_start()).await;
         let err = match read {
             Ok(Ok(start)) => {
-                leg.format = start.format;
+                leg.link.codec.format = start.format;
                 return Ok((leg, start));
             }
             Ok(Err(e)) => e,
@@ -66,7 +63,7 @@ impl PartnerLeg {
 
     async fn read_start(&mut self) -> Result<wire::Start, WireError> {
         loop {
-            let msg = match self.rx.next().await {
+            let msg = match self.link.rx.next().await {
                 None => return Err(WireError::unexpected("close", "socket closed before start")),
                 Some(Err(e)) if ws::is_too_long(&e) => {
                     return Err(WireError::MessageTooLarge { len: 0 });
@@ -89,39 +86,40 @@ impl PartnerLeg {
         }
     }
 
-    async fn refuse_with(self, e: &WireError) {
-        self.writer
-            .try_send(Out::Text(wire::error(e.code(), &e.to_string())));
-        self.writer
+    async fn refuse_with(mut self, e: &WireError) {
+        self.link
+            .send(Out::Text(wire::error(e.code(), &e.to_string())), false);
+        self.link
             .close(e.close_code(), e.code(), ws::SEND_TIMEOUT)
             .await;
     }
 
     /// Tells the partner its call was accepted (`started`, with callgate's id).
     pub fn started(&mut self, session_id: &str) {
-        self.send(Out::Text(wire::started(session_id)), false);
+        self.link.send(Out::Text(wire::started(session_id)), false);
     }
+}
 
-    fn decode(&mut self, msg: Message) -> Option<LegEvent> {
+impl WsCodec for Codec {
+    fn decode(&mut self, msg: Message, stats: &mut LegStats) -> Option<LegEvent> {
         match msg {
             Message::Binary(b) => {
                 if let Err(e) = wire::check_frame(self.format, b.len()) {
-                    return Some(violation(&e));
+                    return Some(LegEvent::Violation(violation(&e)));
                 }
-                self.stats.frames_in += 1;
+                stats.frames_in += 1;
                 self.audio.then(|| LegEvent::Audio(b.to_vec()))
             }
             Message::Text(t) => match wire::parse_text(t.as_str()) {
-                Err(e) => Some(violation(&e)),
-                Ok(Inbound::Start(_)) => Some(violation(&WireError::unexpected(
-                    "start",
-                    "a second start on one connection",
+                Err(e) => Some(LegEvent::Violation(violation(&e))),
+                Ok(Inbound::Start(_)) => Some(LegEvent::Violation(violation(
+                    &WireError::unexpected("start", "a second start on one connection"),
                 ))),
                 Ok(Inbound::Dtmf(d)) => Some(LegEvent::Dtmf(d)),
                 Ok(Inbound::Played(name)) => Some(LegEvent::Played(name)),
                 Ok(Inbound::Stop) => Some(LegEvent::Hangup),
                 Ok(Inbound::Unknown(_)) => {
-                    self.stats.ignored_events += 1;
+                    stats.ignored_events += 1;
                     None
                 }
             },
@@ -135,18 +133,8 @@ impl PartnerLeg {
         }
     }
 
-    fn send(&mut self, out: Out, audio: bool) {
-        if self.writer.try_send(out) {
-            if audio {
-                self.stats.frames_out += 1;
-                metrics::counter!(m::MEDIA_OUT).increment(1);
-            }
-        } else {
-            self.stats.frames_dropped += 1;
-            if audio {
-                metrics::counter!(m::MEDIA_OUT_DROPPED).increment(1);
-            }
-        }
+    fn too_long(&self) -> Violation {
+        violation(&WireError::MessageTooLarge { len: 0 })
     }
 }
 
@@ -160,88 +148,65 @@ fn event_name(i: &Inbound) -> &'static str {
     }
 }
 
-fn violation(e: &WireError) -> LegEvent {
-    LegEvent::Violation(Violation {
+fn violation(e: &WireError) -> Violation {
+    Violation {
         kind: e.code(),
         detail: e.to_string(),
-    })
+    }
 }
 
 impl Leg for PartnerLeg {
     fn format(&self) -> LegFormat {
-        match self.format {
+        match self.link.codec.format {
             WireFormat::L16k16 => LegFormat::L16k16,
             WireFormat::Pcmu8k => LegFormat::Mulaw8k,
         }
     }
 
     async fn next_event(&mut self) -> LegEvent {
-        loop {
-            if self.closed {
-                return std::future::pending().await;
-            }
-            let ev = match self.rx.next().await {
-                None => Some(LegEvent::Gone("socket closed".into())),
-                Some(Err(e)) if ws::is_too_long(&e) => {
-                    Some(violation(&WireError::MessageTooLarge { len: 0 }))
-                }
-                Some(Err(e)) => Some(LegEvent::Gone(format!("socket error: {e}"))),
-                Some(Ok(msg)) => self.decode(msg),
-            };
-            if let Some(ev) = ev {
-                self.closed = ev.is_terminal();
-                return ev;
-            }
-        }
+        self.link.next_event().await
     }
 
     fn ready_events(&mut self) -> Vec<LegEvent> {
-        use futures_util::FutureExt;
-        let mut out = Vec::new();
-        while !self.closed {
-            match self.next_event().now_or_never() {
-                None => break,
-                Some(LegEvent::Audio(_)) => {}
-                Some(ev) => out.push(ev),
-            }
-        }
-        out
+        self.link.ready_events()
     }
 
     fn want_audio(&mut self) {
-        self.audio = true;
+        self.link.codec.audio = true;
     }
 
     fn play(&mut self, audio: &[u8]) {
-        self.send(Out::Binary(audio.to_vec()), true);
+        self.link.send(Out::Binary(audio.to_vec()), true);
     }
 
     fn mark(&mut self, name: &str) {
-        self.send(Out::Text(wire::mark(name)), false);
+        self.link.send(Out::Text(wire::mark(name)), false);
     }
 
     fn clear(&mut self) {
-        self.send(Out::Text(wire::clear()), false);
+        self.link.send(Out::Text(wire::clear()), false);
     }
 
     fn stats(&self) -> LegStats {
-        self.stats
+        self.link.stats
     }
 
     async fn finish(mut self, how: Finish, bound: Duration) -> Finished {
         let (code, reason) = match &how {
             Finish::Transfer { target, cause } => {
                 let target = target.as_deref().unwrap_or("");
-                self.send(Out::Text(wire::transfer(target, &cause.wire())), false);
+                let msg = Out::Text(wire::transfer(target, &cause.wire()));
+                self.link.send(msg, false);
                 (1000, "transferring")
             }
             Finish::Hangup(cause) => {
-                self.send(Out::Text(wire::end(&cause.wire())), false);
+                self.link.send(Out::Text(wire::end(&cause.wire())), false);
                 (1000, "")
             }
             Finish::Release => (1000, ""),
             Finish::Refuse(v) => {
-                self.send(Out::Text(wire::error(v.kind, &v.detail)), false);
+                self.link
+                    .send(Out::Text(wire::error(v.kind, &v.detail)), false);
                 let code = if v.kind == "bad_audio_frame" {
                     wire::CLOSE_BAD_DATA
                 } else {
@@ -251,7 +216,7 @@ impl Leg for PartnerLeg {
             }
         };
         Finished {
-            forced: self.writer.close(code, reason, bound).await,
+            forced: self.link.close(code, reason, bound).await,
         }
     }
 }

@@ -11,22 +11,21 @@ use std::time::Duration;
 
 use axum::extract::ws::{Message, WebSocket};
 use futures_util::StreamExt;
-use futures_util::stream::SplitStream;
 
-use super::ws::{self, Out, WsWriter};
+use super::ws::{self, Out, WsCodec, WsLink};
 use super::{Finish, Finished, Leg, LegEvent, LegFormat, LegStats, Violation};
-use crate::metrics as m;
 use crate::twilio::{self, Inbound, WireError};
 
 /// One Twilio media stream.
 pub struct TwilioLeg {
+    link: WsLink<Codec>,
+}
+
+/// The Twilio side of the link: JSON text frames, base64 μ-law media.
+struct Codec {
     out: twilio::Outbound,
-    rx: SplitStream<WebSocket>,
-    writer: WsWriter,
     max_payload: usize,
     audio: twilio::Audio,
-    closed: bool,
-    stats: LegStats,
 }
 
 /// What happened instead of a `start`.
@@ -42,19 +41,17 @@ impl TwilioLeg {
         max_payload: usize,
         timeout: Duration,
     ) -> Result<(TwilioLeg, twilio::Start), NoStart> {
-        let (rx, writer) = ws::split(socket);
-        let mut leg = TwilioLeg {
+        let codec = Codec {
             out: twilio::Outbound::new(""),
-            rx,
-            writer,
             max_payload,
             audio: twilio::Audio::Discard,
-            closed: false,
-            stats: LegStats::default(),
+        };
+        let mut leg = TwilioLeg {
+            link: WsLink::new(socket, codec),
         };
         match tokio::time::timeout(timeout, leg.read_start()).await {
             Ok(Ok(start)) => {
-                leg.out = twilio::Outbound::new(&start.stream_sid);
+                leg.link.codec.out = twilio::Outbound::new(&start.stream_sid);
                 Ok((leg, start))
             }
             Ok(Err(why)) => Err(leg.refuse_start(why).await),
@@ -66,13 +63,14 @@ impl TwilioLeg {
     }
 
     async fn refuse_start(self, why: String) -> NoStart {
-        self.writer.close(1008, &why, ws::SEND_TIMEOUT).await;
+        self.link.close(1008, &why, ws::SEND_TIMEOUT).await;
         NoStart(why)
     }
 
     async fn read_start(&mut self) -> Result<twilio::Start, String> {
+        let codec = &self.link.codec;
         loop {
-            let Some(msg) = self.rx.next().await else {
+            let Some(msg) = self.link.rx.next().await else {
                 return Err("socket closed".into());
             };
             let text = match msg {
@@ -82,7 +80,7 @@ impl TwilioLeg {
                 Ok(Message::Binary(_)) => return Err("binary frame before start".into()),
                 Err(e) => return Err(format!("socket error: {e}")),
             };
-            match twilio::parse_with(text.as_str(), self.max_payload, self.audio) {
+            match twilio::parse_with(text.as_str(), codec.max_payload, codec.audio) {
                 Ok(Inbound::Start(s)) => return Ok(s),
                 Ok(Inbound::Connected | Inbound::Unknown { .. }) => continue,
                 Ok(Inbound::Media(_)) => return Err("media before start".into()),
@@ -95,10 +93,12 @@ impl TwilioLeg {
 
     /// Closes a stream refused before admission (e.g. a wrong media format).
     pub async fn refuse(self, why: &str) {
-        self.writer.close(1008, why, ws::SEND_TIMEOUT).await;
+        self.link.close(1008, why, ws::SEND_TIMEOUT).await;
     }
+}
 
-    fn decode(&mut self, msg: Message) -> Option<LegEvent> {
+impl WsCodec for Codec {
+    fn decode(&mut self, msg: Message, stats: &mut LegStats) -> Option<LegEvent> {
         let text = match msg {
             Message::Text(t) => t,
             Message::Close(f) => {
@@ -107,52 +107,44 @@ impl TwilioLeg {
                     why.unwrap_or_else(|| "closed by carrier".into()),
                 ));
             }
-            Message::Binary(_) => return Some(violation(&WireError::BinaryFrame)),
+            Message::Binary(_) => {
+                return Some(LegEvent::Violation(violation(&WireError::BinaryFrame)));
+            }
             Message::Ping(_) | Message::Pong(_) => return None,
         };
         match twilio::parse_with(text.as_str(), self.max_payload, self.audio) {
-            Err(e) => Some(violation(&e)),
+            Err(e) => Some(LegEvent::Violation(violation(&e))),
             Ok(Inbound::Media(media)) => {
-                self.stats.frames_in += 1;
+                stats.frames_in += 1;
                 Some(LegEvent::Audio(media.payload))
             }
             Ok(Inbound::Dtmf { digit }) => match dtmf_digit(&digit) {
                 Some(d) => Some(LegEvent::Dtmf(d)),
-                None => self.ignored(),
+                None => ignored(stats),
             },
             Ok(Inbound::Mark { name }) => Some(LegEvent::Played(name)),
             Ok(Inbound::Stop) => Some(LegEvent::Hangup),
             Ok(Inbound::Connected) => None,
             // A second `start` carries nothing the call can use.
-            Ok(Inbound::Start(_) | Inbound::Unknown { .. }) => self.ignored(),
+            Ok(Inbound::Start(_) | Inbound::Unknown { .. }) => ignored(stats),
         }
     }
 
-    fn ignored(&mut self) -> Option<LegEvent> {
-        self.stats.ignored_events += 1;
-        None
-    }
-
-    fn send(&mut self, out: Out, audio: bool) {
-        if self.writer.try_send(out) {
-            if audio {
-                self.stats.frames_out += 1;
-                metrics::counter!(m::MEDIA_OUT).increment(1);
-            }
-        } else {
-            self.stats.frames_dropped += 1;
-            if audio {
-                metrics::counter!(m::MEDIA_OUT_DROPPED).increment(1);
-            }
-        }
+    fn too_long(&self) -> Violation {
+        violation(&WireError::MessageTooLarge)
     }
 }
 
-fn violation(e: &WireError) -> LegEvent {
-    LegEvent::Violation(Violation {
+fn ignored(stats: &mut LegStats) -> Option<LegEvent> {
+    stats.ignored_events += 1;
+    None
+}
+
+fn violation(e: &WireError) -> Violation {
+    Violation {
         kind: e.kind(),
         detail: e.to_string(),
-    })
+    }
 }
 
 /// A single DTMF digit as Twilio sends it (`"5"`, `"#"`).
@@ -170,57 +162,34 @@ impl Leg for TwilioLeg {
     }
 
     async fn next_event(&mut self) -> LegEvent {
-        loop {
-            if self.closed {
-                return std::future::pending().await;
-            }
-            let ev = match self.rx.next().await {
-                None => Some(LegEvent::Gone("socket closed".into())),
-                Some(Err(e)) if ws::is_too_long(&e) => Some(violation(&WireError::MessageTooLarge)),
-                Some(Err(e)) => Some(LegEvent::Gone(format!("socket error: {e}"))),
-                Some(Ok(msg)) => self.decode(msg),
-            };
-            if let Some(ev) = ev {
-                self.closed = ev.is_terminal();
-                return ev;
-            }
-        }
+        self.link.next_event().await
     }
 
     fn ready_events(&mut self) -> Vec<LegEvent> {
-        use futures_util::FutureExt;
-        let mut out = Vec::new();
-        while !self.closed {
-            match self.next_event().now_or_never() {
-                None => break,
-                Some(LegEvent::Audio(_)) => {}
-                Some(ev) => out.push(ev),
-            }
-        }
-        out
+        self.link.ready_events()
     }
 
     fn want_audio(&mut self) {
-        self.audio = twilio::Audio::Decode;
+        self.link.codec.audio = twilio::Audio::Decode;
     }
 
     fn play(&mut self, audio: &[u8]) {
-        let msg = Out::Text(self.out.media(audio));
-        self.send(msg, true);
+        let msg = Out::Text(self.link.codec.out.media(audio));
+        self.link.send(msg, true);
     }
 
     fn mark(&mut self, name: &str) {
-        let msg = Out::Text(self.out.mark(name));
-        self.send(msg, false);
+        let msg = Out::Text(self.link.codec.out.mark(name));
+        self.link.send(msg, false);
     }
 
     fn clear(&mut self) {
-        let msg = Out::Text(self.out.clear());
-        self.send(msg, false);
+        let msg = Out::Text(self.link.codec.out.clear());
+        self.link.send(msg, false);
     }
 
     fn stats(&self) -> LegStats {
-        self.stats
+        self.link.stats
     }
 
     async fn finish(self, how: Finish, bound: Duration) -> Finished {
@@ -230,7 +199,7 @@ impl Leg for TwilioLeg {
             Finish::Hangup(_) | Finish::Release => (1000, ""),
         };
         Finished {
-            forced: self.writer.close(code, reason, bound).await,
+            forced: self.link.close(code, reason, bound).await,
         }
     }
 }

@@ -14,6 +14,9 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::{LegEvent, LegStats, Violation};
+use crate::metrics as m;
+
 /// Outbound messages queued for the peer: 256 is 5 s of 20 ms frames; the
 /// pacer keeps only ~60 ms in flight, so this fills only when the peer has
 /// stopped reading.
@@ -104,6 +107,91 @@ fn message(out: Out) -> Message {
             code,
             reason: reason.into(),
         })),
+    }
+}
+
+/// A WebSocket leg's protocol: how one inbound message becomes an event.
+pub trait WsCodec: Send + 'static {
+    /// `None`: nothing for the call (a ping, an ignored event, audio while
+    /// audio is not wanted).
+    fn decode(&mut self, msg: Message, stats: &mut LegStats) -> Option<LegEvent>;
+    /// The violation for a message over the size limit.
+    fn too_long(&self) -> Violation;
+}
+
+/// Both halves of a WebSocket leg around its codec: the reading, batching,
+/// counting and writing every WebSocket leg does the same way.
+pub struct WsLink<C> {
+    pub codec: C,
+    pub(super) rx: SplitStream<WebSocket>,
+    writer: WsWriter,
+    closed: bool,
+    pub stats: LegStats,
+}
+
+impl<C: WsCodec> WsLink<C> {
+    pub fn new(socket: WebSocket, codec: C) -> Self {
+        let (rx, writer) = split(socket);
+        WsLink {
+            codec,
+            rx,
+            writer,
+            closed: false,
+            stats: LegStats::default(),
+        }
+    }
+
+    /// The next event. Cancel-safe. After a terminal event, pending forever.
+    pub async fn next_event(&mut self) -> LegEvent {
+        loop {
+            if self.closed {
+                return std::future::pending().await;
+            }
+            let ev = match self.rx.next().await {
+                None => Some(LegEvent::Gone("socket closed".into())),
+                Some(Err(e)) if is_too_long(&e) => Some(LegEvent::Violation(self.codec.too_long())),
+                Some(Err(e)) => Some(LegEvent::Gone(format!("socket error: {e}"))),
+                Some(Ok(msg)) => self.codec.decode(msg, &mut self.stats),
+            };
+            if let Some(ev) = ev {
+                self.closed = ev.is_terminal();
+                return ev;
+            }
+        }
+    }
+
+    /// Every event already received, without waiting; audio is left out.
+    pub fn ready_events(&mut self) -> Vec<LegEvent> {
+        use futures_util::FutureExt;
+        let mut out = Vec::new();
+        while !self.closed {
+            match self.next_event().now_or_never() {
+                None => break,
+                Some(LegEvent::Audio(_)) => {}
+                Some(ev) => out.push(ev),
+            }
+        }
+        out
+    }
+
+    /// Queues a message; a full queue drops it and counts it.
+    pub fn send(&mut self, out: Out, audio: bool) {
+        if self.writer.try_send(out) {
+            if audio {
+                self.stats.frames_out += 1;
+                metrics::counter!(m::MEDIA_OUT).increment(1);
+            }
+        } else {
+            self.stats.frames_dropped += 1;
+            if audio {
+                metrics::counter!(m::MEDIA_OUT_DROPPED).increment(1);
+            }
+        }
+    }
+
+    /// Closes (bounded); true when the writer had to be aborted.
+    pub async fn close(self, code: u16, reason: &str, bound: Duration) -> bool {
+        self.writer.close(code, reason, bound).await
     }
 }
 

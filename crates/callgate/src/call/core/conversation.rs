@@ -53,19 +53,22 @@ impl CallCore {
         if !self.is_live() {
             // The call is ending (say the bot ended it while the caller was
             // still talking): the words are kept, but no reply is owed.
-            let started = self.utterance_first_heard.take().unwrap_or(now);
-            self.record(Rec::Turn {
-                speaker: Speaker::Caller,
-                text: text.to_string(),
-                span: (started, now),
-                interrupted: false,
-            });
-            self.interaction.user_turns += 1;
-            return;
+            return self.record_caller_turn(text, now);
         }
         if matches!(self.turn, Turn::Replying(_)) {
             self.barge_in(now);
         }
+        self.record_caller_turn(text, now);
+        self.expected_turn = TurnId(self.expected_turn.0 + 1);
+        debug!(turn = %self.expected_turn, chars = text.len(), "caller utterance final");
+        if self.links.dialog {
+            self.push(Command::DialogTurn(self.expected_turn, text.to_string()));
+        }
+        self.reply_owed_since = Some(now);
+        self.watchdog.reply_owed(now);
+    }
+
+    fn record_caller_turn(&mut self, text: &str, now: Instant) {
         let started = self.utterance_first_heard.take().unwrap_or(now);
         self.record(Rec::Turn {
             speaker: Speaker::Caller,
@@ -74,13 +77,6 @@ impl CallCore {
             interrupted: false,
         });
         self.interaction.user_turns += 1;
-        self.expected_turn = TurnId(self.expected_turn.0 + 1);
-        debug!(turn = %self.expected_turn, chars = text.len(), "caller utterance final");
-        if self.links.dialog {
-            self.push(Command::DialogTurn(self.expected_turn, text.to_string()));
-        }
-        self.reply_owed_since = Some(now);
-        self.watchdog.reply_owed(now);
     }
 
     /// Whether bot audio is queued here or still playing at the leg.
