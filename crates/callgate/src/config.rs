@@ -45,7 +45,8 @@ pub struct ServerConfig {
     pub instance: String,
     /// How long a drain waits for calls to finish before ending them.
     pub drain_timeout_s: u64,
-    /// When set, `/admin/*` requires `Authorization: Bearer <token>`.
+    /// When set, `/admin/*` requires `Authorization: Bearer <token>` from every
+    /// peer; unset, `/admin/*` answers loopback peers only.
     pub admin_token: Option<String>,
 }
 
@@ -68,11 +69,15 @@ fn default_instance() -> String {
         .unwrap_or_else(|| "callgate".to_string())
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TwilioConfig {
     /// When set, `X-Twilio-Signature` is required and checked on every upgrade.
     pub auth_token: Option<String>,
+    /// The secret of a Twilio SharedKey, for accounts whose Webhooks Rules
+    /// sign with it (`X-Twilio-Webhooks-Signature-Settings`, HMAC-SHA256).
+    /// When set, signatures are required even without `auth_token`.
+    pub shared_key_secret: Option<String>,
     /// The public URL Twilio connects to (`wss://…/v1/media-stream`), as signed.
     /// Needed when a proxy rewrites the host; otherwise the Host header is used.
     pub public_url: Option<String>,
@@ -84,10 +89,26 @@ pub struct TwilioConfig {
     pub start_timeout_ms: u64,
 }
 
+/// Secrets are never printed: `Debug` shows only whether they are set.
+impl std::fmt::Debug for TwilioConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |s: &Option<String>| if s.is_some() { "<set>" } else { "<unset>" };
+        f.debug_struct("TwilioConfig")
+            .field("auth_token", &set(&self.auth_token))
+            .field("shared_key_secret", &set(&self.shared_key_secret))
+            .field("public_url", &self.public_url)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("max_media_payload_bytes", &self.max_media_payload_bytes)
+            .field("start_timeout_ms", &self.start_timeout_ms)
+            .finish()
+    }
+}
+
 impl Default for TwilioConfig {
     fn default() -> Self {
         TwilioConfig {
             auth_token: None,
+            shared_key_secret: None,
             public_url: None,
             max_message_bytes: 64 * 1024,
             max_media_payload_bytes: 1_600,
@@ -474,6 +495,13 @@ impl Config {
         }
         if self.twilio.max_media_payload_bytes < 160 {
             return bad("twilio.max_media_payload_bytes must hold at least one 20 ms frame (160)");
+        }
+        if let Some(k) = &self.twilio.shared_key_secret
+            && (k.is_empty() || k.trim() != k)
+        {
+            return bad(
+                "twilio.shared_key_secret must be the SharedKey secret exactly: not empty, no surrounding whitespace",
+            );
         }
         self.validate_partners()
     }

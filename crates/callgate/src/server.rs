@@ -109,14 +109,17 @@ fn warn_if_admin_is_loopback_only(addr: SocketAddr, cfg: &Config) {
 /// said loudly at startup (DESIGN: control surfaces closed by default).
 fn warn_if_ingress_is_open(addr: SocketAddr, cfg: &Config) {
     let exposed = !addr.ip().to_canonical().is_loopback();
-    if exposed && cfg.twilio.auth_token.as_deref().is_none_or(str::is_empty) {
+    let unset = |s: &Option<String>| s.as_deref().is_none_or(str::is_empty);
+    if exposed && unset(&cfg.twilio.auth_token) && unset(&cfg.twilio.shared_key_secret) {
         warn!(
             %addr,
-            "twilio.auth_token is not set: /v1/media-stream accepts unsigned streams from anyone who can reach this listener"
+            "neither twilio.auth_token nor twilio.shared_key_secret is set: /v1/media-stream accepts unsigned streams from anyone who can reach this listener"
         );
     }
     if cfg.partners.is_empty() {
-        tracing::info!("no [partners.<id>] configured: /v1/partner/stream refuses every upgrade (401)");
+        tracing::info!(
+            "no [partners.<id>] configured: /v1/partner/stream refuses every upgrade (401)"
+        );
     }
 }
 

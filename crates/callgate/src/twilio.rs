@@ -5,6 +5,10 @@
 //! `*_msg` functions build our outbound frames. Only this module and the
 //! ingress adapter know Twilio JSON; the call actor sees domain events.
 //!
+//! [`verify_signature`] decides whether an upgrade is signed by Twilio
+//! (HMAC-SHA1 with the auth token, or a SharedKey's HMAC-SHA256), from the
+//! URL candidates and the two header values; the ingress only collects them.
+//!
 //! Leniency rules from PROTOCOLS.md: counters may be strings or numbers,
 //! unknown events and unknown fields are ignored, `streamSid` is also
 //! accepted as `stream_sid`.
@@ -16,6 +20,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Deserializer};
 use sha1::Sha1;
+use sha2::Sha256;
 
 /// One event from the carrier.
 #[derive(Debug, Clone, PartialEq)]
@@ -327,33 +332,347 @@ pub fn clear_msg(stream_sid: &str) -> String {
     Outbound::new(stream_sid).clear()
 }
 
-/// Checks `X-Twilio-Signature`: base64(HMAC-SHA1(auth token, URL)). For a
-/// WebSocket upgrade there are no POST parameters. Twilio sometimes signs the
-/// URL with a trailing `/`, so both forms are accepted. Comparison is
-/// constant-time.
-pub fn signature_is_valid(auth_token: &str, url: &str, signature_b64: &str) -> bool {
-    let Ok(sig) = B64.decode(signature_b64.trim()) else {
-        return false;
-    };
-    let with_slash = format!("{url}/");
-    [url, with_slash.as_str()].iter().any(|u| {
-        let Ok(mut mac) = Hmac::<Sha1>::new_from_slice(auth_token.as_bytes()) else {
-            return false;
+// ---------------------------------------------------------------------------
+// Request signatures
+// ---------------------------------------------------------------------------
+//
+// How Twilio signs a request (docs: twilio.com/docs/usage/webhooks/webhooks-security
+// and …/webhook-shared-keys; reference validators: twilio-python
+// `twilio/request_validator.py`, twilio-node `src/webhooks/webhooks.ts`):
+//
+// * The signed string is the full URL Twilio requested (scheme, host, port if
+//   any, path, query) followed, for a form POST, by every parameter as
+//   `name` + `value` with no separators, sorted by name (repeated names by
+//   value, duplicates once). A WebSocket upgrade (a media stream) is a GET:
+//   the URL alone is signed.
+// * By default the key is the account auth token and the MAC HMAC-SHA1;
+//   `X-Twilio-Signature` carries it base64-encoded.
+// * When a Webhooks Rule matching the URL names a Setting with a SharedKey,
+//   Twilio signs with that SharedKey's secret and the Setting's algorithm
+//   instead, and says so in `X-Twilio-Webhooks-Signature-Settings:
+//   key=<SharedKey id>,algorithm=HMAC_SHA256`. Only the key and the hash
+//   change; the signed string and the header carrying the signature do not.
+// * Twilio's validators accept the URL with and without a port ("signature
+//   generation on the back end is inconsistent"): the URL with its port
+//   removed, and the URL with its explicit port or, if it has none, the
+//   scheme's default port added.
+// * JSON bodies (not media streams) are signed differently: Twilio adds
+//   `bodySHA256=<hex SHA-256 of the body>` to the URL's query and signs the
+//   URL alone; callgate receives no such requests, so that is not checked.
+
+/// The header carrying the signature (as `http` spells header names).
+pub const SIGNATURE_HEADER: &str = "x-twilio-signature";
+/// The header announcing a SharedKey signature and its algorithm.
+pub const SIGNATURE_SETTINGS_HEADER: &str = "x-twilio-webhooks-signature-settings";
+
+/// The MAC a signature was made with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    HmacSha1,
+    HmacSha256,
+}
+
+impl Algorithm {
+    /// Parses the `algorithm` of `X-Twilio-Webhooks-Signature-Settings`
+    /// (`HMAC_SHA1`, `HMAC_SHA256`; case and `-`/`_` are not significant).
+    pub fn from_setting(name: &str) -> Option<Algorithm> {
+        let name = name.trim();
+        let is = |want: &str| {
+            name.len() == want.len()
+                && name
+                    .bytes()
+                    .zip(want.bytes())
+                    .all(|(a, b)| a.eq_ignore_ascii_case(&b) || (a == b'-' && b == b'_'))
         };
-        mac.update(u.as_bytes());
-        mac.verify_slice(&sig).is_ok()
+        if is("HMAC_SHA256") {
+            Some(Algorithm::HmacSha256)
+        } else if is("HMAC_SHA1") {
+            Some(Algorithm::HmacSha1)
+        } else {
+            None
+        }
+    }
+
+    /// Twilio's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::HmacSha1 => "HMAC_SHA1",
+            Algorithm::HmacSha256 => "HMAC_SHA256",
+        }
+    }
+}
+
+/// The secrets an upgrade may be signed with. Either may be absent; a
+/// request signed in a way whose secret is absent is refused.
+#[derive(Clone, Copy, Default)]
+pub struct SigningKeys<'a> {
+    /// The account auth token: HMAC-SHA1 when no settings header is sent.
+    pub auth_token: Option<&'a str>,
+    /// The SharedKey secret: used with the announced algorithm when
+    /// `X-Twilio-Webhooks-Signature-Settings` is sent.
+    pub shared_key_secret: Option<&'a str>,
+}
+
+impl SigningKeys<'_> {
+    /// Whether any secret is configured (signatures are then required).
+    pub fn any(&self) -> bool {
+        self.auth_token.is_some() || self.shared_key_secret.is_some()
+    }
+}
+
+// Secrets stay out of logs and panics.
+impl std::fmt::Debug for SigningKeys<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigningKeys")
+            .field("auth_token", &self.auth_token.map(|_| ".."))
+            .field("shared_key_secret", &self.shared_key_secret.map(|_| ".."))
+            .finish()
+    }
+}
+
+/// Which secret made a valid signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signer {
+    /// The account auth token, HMAC-SHA1 (no settings header).
+    AuthToken,
+    /// The SharedKey secret, with the announced algorithm.
+    SharedKey(Algorithm),
+}
+
+/// Why a signature was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SignatureError {
+    #[error("no X-Twilio-Signature")]
+    Missing,
+    #[error("X-Twilio-Signature is not {} of the URL with {key}", .algorithm.name())]
+    Mismatch {
+        algorithm: Algorithm,
+        key: &'static str,
+    },
+    #[error(
+        "signed with the account auth token (no X-Twilio-Webhooks-Signature-Settings) but twilio.auth_token is not set"
+    )]
+    NoAuthToken,
+    #[error(
+        "X-Twilio-Webhooks-Signature-Settings announces a SharedKey signature but twilio.shared_key_secret is not set"
+    )]
+    NoSharedKey,
+    #[error("X-Twilio-Webhooks-Signature-Settings names no supported algorithm ({0:?})")]
+    UnsupportedAlgorithm(String),
+}
+
+impl SignatureError {
+    /// A low-cardinality label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SignatureError::Missing => "missing",
+            SignatureError::Mismatch { .. } => "mismatch",
+            SignatureError::NoAuthToken => "no_auth_token",
+            SignatureError::NoSharedKey => "no_shared_key",
+            SignatureError::UnsupportedAlgorithm(_) => "unsupported_algorithm",
+        }
+    }
+}
+
+/// Decides whether a request is signed by Twilio.
+///
+/// `urls` are the URLs Twilio may have requested (each is also tried with a
+/// trailing `/`, and without and with its port, see [`url_candidates`]);
+/// `params` the form parameters (none for a WebSocket upgrade);
+/// `signature` and `settings` the values of [`SIGNATURE_HEADER`] and
+/// [`SIGNATURE_SETTINGS_HEADER`] (a blank settings header counts as absent,
+/// as in Twilio's own validator).
+///
+/// Without a settings header the signature must be HMAC-SHA1 with the auth
+/// token — exactly what callgate always checked. With one, it must be made
+/// with the SharedKey secret and the announced algorithm; the auth token is
+/// then not tried (nor is the SharedKey without the header). The MAC
+/// comparison is constant-time.
+///
+/// Uncertain: Twilio documents the header as `key=…,algorithm=HMAC_SHA256`
+/// and says only the hash changes; this reads that as HMAC keyed with the
+/// secret's UTF-8 bytes and a base64 digest, like HMAC-SHA1. The header's
+/// `key` (which SharedKey) is not used: one secret is configured.
+pub fn verify_signature(
+    keys: SigningKeys<'_>,
+    urls: &[String],
+    params: &[(&str, &str)],
+    signature: Option<&str>,
+    settings: Option<&str>,
+) -> Result<Signer, SignatureError> {
+    let signature = signature.map(str::trim).unwrap_or("");
+    if signature.is_empty() {
+        return Err(SignatureError::Missing);
+    }
+    let (algorithm, key, signer) = match settings.filter(|s| !s.trim().is_empty()) {
+        None => (
+            Algorithm::HmacSha1,
+            keys.auth_token.ok_or(SignatureError::NoAuthToken)?,
+            Signer::AuthToken,
+        ),
+        Some(settings) => {
+            let named = setting(settings, "algorithm").unwrap_or("");
+            let algorithm = Algorithm::from_setting(named).ok_or_else(|| {
+                SignatureError::UnsupportedAlgorithm(named.chars().take(32).collect())
+            })?;
+            let key = keys.shared_key_secret.ok_or(SignatureError::NoSharedKey)?;
+            (algorithm, key, Signer::SharedKey(algorithm))
+        }
+    };
+    let mismatch = SignatureError::Mismatch {
+        algorithm,
+        key: match signer {
+            Signer::AuthToken => "the auth token",
+            Signer::SharedKey(_) => "the SharedKey secret",
+        },
+    };
+    let Ok(sig) = B64.decode(signature) else {
+        return Err(mismatch);
+    };
+    let valid = urls.iter().flat_map(|u| url_candidates(u)).any(|url| {
+        let signed = signed_string(&url, params);
+        mac_matches(algorithm, key, signed.as_bytes(), &sig)
+    });
+    if valid { Ok(signer) } else { Err(mismatch) }
+}
+
+/// Checks `X-Twilio-Signature` made with the auth token (HMAC-SHA1) for a
+/// WebSocket upgrade (no POST parameters): [`verify_signature`] without a
+/// settings header.
+pub fn signature_is_valid(auth_token: &str, url: &str, signature_b64: &str) -> bool {
+    let keys = SigningKeys {
+        auth_token: Some(auth_token),
+        shared_key_secret: None,
+    };
+    verify_signature(keys, &[url.to_string()], &[], Some(signature_b64), None).is_ok()
+}
+
+/// Computes the signature Twilio would send for `url` with the auth token
+/// (HMAC-SHA1, no parameters: a WebSocket upgrade). Used by tests and tools.
+pub fn sign(auth_token: &str, url: &str) -> String {
+    sign_with(Algorithm::HmacSha1, auth_token, url, &[])
+}
+
+/// Computes the signature Twilio would send for `url` and `params` with
+/// `key` and `algorithm` (base64 of the MAC of [`signed_string`]).
+pub fn sign_with(algorithm: Algorithm, key: &str, url: &str, params: &[(&str, &str)]) -> String {
+    B64.encode(mac(algorithm, key, signed_string(url, params).as_bytes()))
+}
+
+/// The string Twilio signs: `url`, then each parameter as name + value,
+/// sorted by name then value, a repeated identical pair once.
+pub fn signed_string(url: &str, params: &[(&str, &str)]) -> String {
+    let mut sorted: Vec<(&str, &str)> = params.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let len = url.len() + sorted.iter().map(|(n, v)| n.len() + v.len()).sum::<usize>();
+    let mut s = String::with_capacity(len);
+    s.push_str(url);
+    for (name, value) in sorted {
+        s.push_str(name);
+        s.push_str(value);
+    }
+    s
+}
+
+/// The forms of `url` a signature is checked against, without repeats:
+/// as given and with a trailing `/` (Twilio sometimes signs that), each
+/// without its port and with its port (the explicit one, or the scheme's
+/// default — 443 for `https`/`wss`, 80 for `http`/`ws` — when it has none).
+///
+/// Twilio's helper libraries add 443 for `https` and 80 for every other
+/// scheme; for `wss` (the only scheme of media streams) this uses the
+/// scheme's own default port, 443, instead.
+pub fn url_candidates(url: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(6);
+    for form in [url.to_string(), format!("{url}/")] {
+        let (without, with) = port_forms(&form);
+        for candidate in [Some(form), without, with].into_iter().flatten() {
+            if !out.contains(&candidate) {
+                out.push(candidate);
+            }
+        }
+    }
+    out
+}
+
+/// `url` without its port, and with its explicit or default port; `None`
+/// where the URL cannot be taken apart (or its scheme has no known port).
+fn port_forms(url: &str) -> (Option<String>, Option<String>) {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return (None, None);
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let (userinfo, hostport) = match authority.rfind('@') {
+        Some(at) => authority.split_at(at + 1),
+        None => ("", authority),
+    };
+    let (host, port) = if hostport.starts_with('[') {
+        // An IPv6 literal: the port, if any, follows the `]`.
+        let Some(close) = hostport.find(']') else {
+            return (None, None);
+        };
+        let (host, after) = hostport.split_at(close + 1);
+        match after.strip_prefix(':') {
+            Some(p) => (host, Some(p)),
+            None if after.is_empty() => (host, None),
+            None => return (None, None),
+        }
+    } else {
+        match hostport.rsplit_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (hostport, None),
+        }
+    };
+    if host.is_empty() || port.is_some_and(|p| !p.bytes().all(|b| b.is_ascii_digit())) {
+        return (None, None);
+    }
+    let without = format!("{scheme}://{userinfo}{host}{tail}");
+    let with = match port.filter(|p| !p.is_empty()) {
+        Some(_) => Some(url.to_string()),
+        None => default_port(scheme).map(|p| format!("{scheme}://{userinfo}{host}:{p}{tail}")),
+    };
+    (Some(without), with)
+}
+
+fn default_port(scheme: &str) -> Option<u16> {
+    match scheme.to_ascii_lowercase().as_str() {
+        "https" | "wss" => Some(443),
+        "http" | "ws" => Some(80),
+        _ => None,
+    }
+}
+
+/// The value of `name` in a `k=v,k=v` settings header (names case-insensitive).
+fn setting<'a>(header: &'a str, name: &str) -> Option<&'a str> {
+    header.split(',').find_map(|pair| {
+        let (k, v) = pair.split_once('=')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
     })
 }
 
-/// Computes the signature Twilio would send for `url` (used by tests and tools).
-pub fn sign(auth_token: &str, url: &str) -> String {
-    let mut mac = match Hmac::<Sha1>::new_from_slice(auth_token.as_bytes()) {
-        Ok(m) => m,
-        // HMAC accepts keys of any length; this arm cannot be taken.
-        Err(_) => return String::new(),
-    };
-    mac.update(url.as_bytes());
-    B64.encode(mac.finalize().into_bytes())
+fn mac(algorithm: Algorithm, key: &str, msg: &[u8]) -> Vec<u8> {
+    // HMAC takes keys of any length: `new_from_slice` cannot fail.
+    match algorithm {
+        Algorithm::HmacSha1 => Hmac::<Sha1>::new_from_slice(key.as_bytes())
+            .map(|m| m.chain_update(msg).finalize().into_bytes().to_vec())
+            .unwrap_or_default(),
+        Algorithm::HmacSha256 => Hmac::<Sha256>::new_from_slice(key.as_bytes())
+            .map(|m| m.chain_update(msg).finalize().into_bytes().to_vec())
+            .unwrap_or_default(),
+    }
+}
+
+/// Constant-time comparison of `sig` with the MAC of `msg`.
+fn mac_matches(algorithm: Algorithm, key: &str, msg: &[u8], sig: &[u8]) -> bool {
+    match algorithm {
+        Algorithm::HmacSha1 => Hmac::<Sha1>::new_from_slice(key.as_bytes())
+            .is_ok_and(|m| m.chain_update(msg).verify_slice(sig).is_ok()),
+        Algorithm::HmacSha256 => Hmac::<Sha256>::new_from_slice(key.as_bytes())
+            .is_ok_and(|m| m.chain_update(msg).verify_slice(sig).is_ok()),
+    }
 }
 
 #[cfg(test)]
@@ -478,6 +797,357 @@ mod tests {
         assert_eq!(v["mark"]["name"], "a\"b");
     }
 
+    // Signature vectors. `openssl` lines are how the literals were made,
+    // independently of this crate:
+    //   printf '%s' "$URL" | openssl dgst -sha1 -hmac "$KEY" -binary | base64
+
+    const STREAM: &str = "wss://voice.example.com/v1/media-stream";
+    const STREAM_443: &str = "wss://voice.example.com:443/v1/media-stream";
+    const TOKEN: &str = "s3cret";
+    const SHARED: &str = "shared-s3cret";
+    const SHA256_SETTINGS: &str = "key=KS00000000000000000000000000000000,algorithm=HMAC_SHA256";
+    /// openssl: HMAC-SHA1("s3cret", STREAM).
+    const SHA1_STREAM: &str = "D6N7M1/tEUyi72Xwb3SHkjiEpFk=";
+    /// openssl: HMAC-SHA1("s3cret", STREAM_443).
+    const SHA1_STREAM_443: &str = "+8/fS8Oh3NQfeErv/4nLNhaKda0=";
+    /// openssl: HMAC-SHA256("shared-s3cret", STREAM).
+    const SHA256_STREAM: &str = "egEOAzB6NqVL5lQZCw1cHw852KrtmYTieTzOKFAsfSQ=";
+    /// openssl: HMAC-SHA256("shared-s3cret", STREAM_443).
+    const SHA256_STREAM_443: &str = "JICO0xd5g1GWHWj3B8FBWF/Z13CDN1/dwbD9mXMVk8c=";
+
+    /// Twilio's worked example (auth token 12345), as in its security docs
+    /// and the test suite of its Python helper library.
+    const DOC_URL: &str = "https://mycompany.com/myapp.php?foo=1&bar=2";
+    const DOC_PARAMS: [(&str, &str); 5] = [
+        ("CallSid", "CA1234567890ABCDE"),
+        ("Digits", "1234"),
+        ("From", "+14158675309"),
+        ("To", "+18005551212"),
+        ("Caller", "+14158675309"),
+    ];
+
+    /// Twilio's documented algorithm written out again with the `hmac`
+    /// crate directly: URL, then the parameters sorted by name (values of
+    /// a repeated name sorted, duplicates once), keyed HMAC, base64.
+    fn reference(algorithm: Algorithm, key: &str, url: &str, params: &[(&str, &str)]) -> String {
+        let mut names: Vec<&str> = params.iter().map(|p| p.0).collect();
+        names.sort();
+        names.dedup();
+        let mut data = url.to_string();
+        for name in names {
+            let mut values: Vec<&str> =
+                params.iter().filter(|p| p.0 == name).map(|p| p.1).collect();
+            values.sort();
+            values.dedup();
+            for v in values {
+                data.push_str(name);
+                data.push_str(v);
+            }
+        }
+        let digest = match algorithm {
+            Algorithm::HmacSha1 => {
+                let mut m = Hmac::<Sha1>::new_from_slice(key.as_bytes()).unwrap();
+                m.update(data.as_bytes());
+                m.finalize().into_bytes().to_vec()
+            }
+            Algorithm::HmacSha256 => {
+                let mut m = Hmac::<Sha256>::new_from_slice(key.as_bytes()).unwrap();
+                m.update(data.as_bytes());
+                m.finalize().into_bytes().to_vec()
+            }
+        };
+        B64.encode(digest)
+    }
+
+    fn keys<'a>(token: Option<&'a str>, shared: Option<&'a str>) -> SigningKeys<'a> {
+        SigningKeys {
+            auth_token: token,
+            shared_key_secret: shared,
+        }
+    }
+
+    fn check(
+        keys: SigningKeys<'_>,
+        url: &str,
+        sig: &str,
+        settings: Option<&str>,
+    ) -> Result<Signer, SignatureError> {
+        verify_signature(keys, &[url.to_string()], &[], Some(sig), settings)
+    }
+
+    #[test]
+    fn the_vectors_are_what_the_reference_and_signer_compute() {
+        use Algorithm::{HmacSha1, HmacSha256};
+        for (alg, key, url, want) in [
+            (HmacSha1, TOKEN, STREAM, SHA1_STREAM),
+            (HmacSha1, TOKEN, STREAM_443, SHA1_STREAM_443),
+            (HmacSha256, SHARED, STREAM, SHA256_STREAM),
+            (HmacSha256, SHARED, STREAM_443, SHA256_STREAM_443),
+        ] {
+            assert_eq!(reference(alg, key, url, &[]), want, "{alg:?} {url}");
+            assert_eq!(sign_with(alg, key, url, &[]), want, "{alg:?} {url}");
+        }
+        assert_eq!(sign(TOKEN, STREAM), SHA1_STREAM);
+    }
+
+    #[test]
+    fn twilios_published_vectors_validate() {
+        // The documented example, and the with/without-port vectors of the
+        // twilio-python test suite (port 443 added, :1234 removed, http).
+        let doc = "RSOYDt4T1cUTdK1PDd93/VVr8B8=";
+        assert_eq!(
+            reference(Algorithm::HmacSha1, "12345", DOC_URL, &DOC_PARAMS),
+            doc
+        );
+        assert_eq!(
+            sign_with(Algorithm::HmacSha1, "12345", DOC_URL, &DOC_PARAMS),
+            doc
+        );
+        let token = keys(Some("12345"), None);
+        let ok = |url: &str, sig: &str| {
+            verify_signature(token, &[url.to_string()], &DOC_PARAMS, Some(sig), None)
+        };
+        assert_eq!(ok(DOC_URL, doc), Ok(Signer::AuthToken));
+        assert_eq!(
+            ok("https://mycompany.com:1234/myapp.php?foo=1&bar=2", doc),
+            Ok(Signer::AuthToken)
+        );
+        assert_eq!(
+            ok(DOC_URL, "kvajT1Ptam85bY51eRf/AJRuM3w="),
+            Ok(Signer::AuthToken)
+        );
+        let http = "http://mycompany.com/myapp.php?foo=1&bar=2";
+        assert_eq!(
+            ok(http, "0ZXoZLH/DfblKGATFgpif+LLRf4="),
+            Ok(Signer::AuthToken)
+        );
+        let http_1234 = "http://mycompany.com:1234/myapp.php?foo=1&bar=2";
+        assert_eq!(
+            ok(http_1234, "Zmvh+3yNM1Phv2jhDCwEM3q5ebU="),
+            Ok(Signer::AuthToken)
+        );
+        // Parameters are signed: one changed value and the signature fails.
+        let mut changed = DOC_PARAMS;
+        changed[1].1 = "1235";
+        assert!(
+            verify_signature(token, &[DOC_URL.to_string()], &changed, Some(doc), None).is_err()
+        );
+        // Repeated names sort by value and duplicates count once.
+        let dup = [
+            ("Digits", "5678"),
+            ("Sid", "CA123"),
+            ("Digits", "1234"),
+            ("Digits", "1234"),
+        ];
+        assert_eq!(signed_string("u", &dup), "uDigits1234Digits5678SidCA123");
+    }
+
+    #[test]
+    fn sha1_streams_validate_with_and_without_the_port() {
+        let token = keys(Some(TOKEN), None);
+        for url in [STREAM, STREAM_443] {
+            for sig in [SHA1_STREAM, SHA1_STREAM_443] {
+                assert_eq!(
+                    check(token, url, sig, None),
+                    Ok(Signer::AuthToken),
+                    "{url} {sig}"
+                );
+            }
+        }
+        // ws:// defaults to 80, and an explicit other port is removed.
+        let ws = "ws://voice.example.com/v1/media-stream";
+        let ws80 = reference(
+            Algorithm::HmacSha1,
+            TOKEN,
+            "ws://voice.example.com:80/v1/media-stream",
+            &[],
+        );
+        assert!(check(token, ws, &ws80, None).is_ok());
+        assert!(
+            check(
+                token,
+                "wss://voice.example.com:8443/v1/media-stream",
+                SHA1_STREAM,
+                None
+            )
+            .is_ok()
+        );
+        // …but 443 is not ws://'s port nor 80 wss://'s.
+        let ws443 = reference(
+            Algorithm::HmacSha1,
+            TOKEN,
+            "ws://voice.example.com:443/v1/media-stream",
+            &[],
+        );
+        assert!(check(token, ws, &ws443, None).is_err());
+        let wss80 = reference(
+            Algorithm::HmacSha1,
+            TOKEN,
+            "wss://voice.example.com:80/v1/media-stream",
+            &[],
+        );
+        assert!(check(token, STREAM, &wss80, None).is_err());
+        // A signature for another host or path is refused.
+        let other = reference(
+            Algorithm::HmacSha1,
+            TOKEN,
+            "wss://voice.example.org/v1/media-stream",
+            &[],
+        );
+        assert!(check(token, STREAM, &other, None).is_err());
+    }
+
+    #[test]
+    fn sha256_shared_key_streams_validate_with_and_without_the_port() {
+        let both = keys(Some(TOKEN), Some(SHARED));
+        let sha256 = Ok(Signer::SharedKey(Algorithm::HmacSha256));
+        for url in [STREAM, STREAM_443] {
+            for sig in [SHA256_STREAM, SHA256_STREAM_443] {
+                assert_eq!(
+                    check(both, url, sig, Some(SHA256_SETTINGS)),
+                    sha256,
+                    "{url} {sig}"
+                );
+            }
+        }
+        // Only the shared key configured: still fine.
+        assert_eq!(
+            check(
+                keys(None, Some(SHARED)),
+                STREAM,
+                SHA256_STREAM,
+                Some(SHA256_SETTINGS)
+            ),
+            sha256
+        );
+        // The settings header's spelling is lenient; a SharedKey may use SHA-1.
+        let loose = " Algorithm = hmac-sha256 , key=KS1";
+        assert_eq!(check(both, STREAM, SHA256_STREAM, Some(loose)), sha256);
+        let sha1_shared = reference(Algorithm::HmacSha1, SHARED, STREAM, &[]);
+        assert_eq!(
+            check(
+                both,
+                STREAM,
+                &sha1_shared,
+                Some("key=KS1,algorithm=HMAC_SHA1")
+            ),
+            Ok(Signer::SharedKey(Algorithm::HmacSha1))
+        );
+    }
+
+    #[test]
+    fn wrong_signatures_and_wrong_keys_are_refused() {
+        let both = keys(Some(TOKEN), Some(SHARED));
+        let mismatch = |algorithm, key| Err(SignatureError::Mismatch { algorithm, key });
+        let sha1_token = mismatch(Algorithm::HmacSha1, "the auth token");
+        let sha256_shared = mismatch(Algorithm::HmacSha256, "the SharedKey secret");
+        // Wrong signature.
+        assert_eq!(check(both, STREAM, "garbage", None), sha1_token);
+        assert_eq!(
+            check(both, STREAM, "AAAAAAAAAAAAAAAAAAAAAAAAAAA=", None),
+            sha1_token
+        );
+        assert_eq!(
+            check(both, STREAM, SHA256_STREAM, Some("algorithm=HMAC_SHA256x"))
+                .map_err(|e| e.kind()),
+            Err("unsupported_algorithm")
+        );
+        // Wrong key: the other secret, or the right one under another name.
+        let other = reference(Algorithm::HmacSha256, "guess", STREAM, &[]);
+        assert_eq!(
+            check(both, STREAM, &other, Some(SHA256_SETTINGS)),
+            sha256_shared
+        );
+        assert_eq!(
+            check(both, STREAM, SHA1_STREAM, Some(SHA256_SETTINGS)),
+            sha256_shared
+        );
+        assert_eq!(check(both, STREAM, SHA256_STREAM, None), sha1_token);
+        let token_as_256 = reference(Algorithm::HmacSha256, TOKEN, STREAM, &[]);
+        assert_eq!(
+            check(both, STREAM, &token_as_256, Some(SHA256_SETTINGS)),
+            sha256_shared
+        );
+        assert_eq!(
+            check(keys(Some("other"), None), STREAM, SHA1_STREAM, None),
+            sha1_token
+        );
+        // Empty or absent signature.
+        assert_eq!(check(both, STREAM, "", None), Err(SignatureError::Missing));
+        assert_eq!(
+            check(both, STREAM, "  ", Some(SHA256_SETTINGS)),
+            Err(SignatureError::Missing)
+        );
+        assert_eq!(
+            verify_signature(both, &[STREAM.into()], &[], None, None),
+            Err(SignatureError::Missing)
+        );
+        // A secret that is not configured is never assumed.
+        assert_eq!(
+            check(
+                keys(Some(TOKEN), None),
+                STREAM,
+                SHA256_STREAM,
+                Some(SHA256_SETTINGS)
+            ),
+            Err(SignatureError::NoSharedKey)
+        );
+        assert_eq!(
+            check(keys(None, Some(SHARED)), STREAM, SHA1_STREAM, None),
+            Err(SignatureError::NoAuthToken)
+        );
+        assert_eq!(
+            check(both, STREAM, SHA256_STREAM, Some("key=KS1")),
+            Err(SignatureError::UnsupportedAlgorithm(String::new()))
+        );
+        // A blank settings header is no header (as in Twilio's validator).
+        assert_eq!(
+            check(both, STREAM, SHA1_STREAM, Some(" ")),
+            Ok(Signer::AuthToken)
+        );
+    }
+
+    #[test]
+    fn url_candidates_follow_twilios_port_rule() {
+        assert_eq!(
+            url_candidates(STREAM),
+            [
+                STREAM,
+                STREAM_443,
+                "wss://voice.example.com/v1/media-stream/",
+                "wss://voice.example.com:443/v1/media-stream/"
+            ]
+        );
+        assert_eq!(
+            url_candidates("https://u:p@h:1234/x?q=1")[..2],
+            ["https://u:p@h:1234/x?q=1", "https://u:p@h/x?q=1"]
+        );
+        assert_eq!(
+            url_candidates("ws://[::1]:8080")[..2],
+            ["ws://[::1]:8080", "ws://[::1]"]
+        );
+        assert_eq!(url_candidates("http://h")[..2], ["http://h", "http://h:80"]);
+        // Unparseable forms are still tried as given.
+        assert_eq!(url_candidates("nonsense"), ["nonsense", "nonsense/"]);
+        assert_eq!(url_candidates("wss://h:x/p")[0], "wss://h:x/p");
+        assert_eq!(
+            url_candidates("ftp://h/p")[..2],
+            ["ftp://h/p", "ftp://h/p/"]
+        );
+    }
+
+    #[test]
+    fn a_blank_or_padded_shared_key_secret_is_refused_at_load() {
+        let mut cfg = crate::config::Config::default();
+        cfg.twilio.shared_key_secret = Some(SHARED.into());
+        cfg.validate().unwrap();
+        for bad in ["", " x", "x\n"] {
+            cfg.twilio.shared_key_secret = Some(bad.into());
+            let e = cfg.validate().unwrap_err().to_string();
+            assert!(e.contains("twilio.shared_key_secret"), "{bad:?}: {e}");
+        }
+    }
+
     #[test]
     fn signatures_validate_with_and_without_a_trailing_slash() {
         let url = "wss://voice.example.com/v1/media-stream";
@@ -487,5 +1157,7 @@ mod tests {
         assert!(!signature_is_valid("secret", url, "garbage"));
         let slashed = sign("secret", &format!("{url}/"));
         assert!(signature_is_valid("secret", url, &slashed));
+        let slashed_443 = sign("secret", "wss://voice.example.com:443/v1/media-stream/");
+        assert!(signature_is_valid("secret", url, &slashed_443));
     }
 }

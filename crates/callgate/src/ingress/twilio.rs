@@ -30,17 +30,29 @@ pub async fn media_stream(
     ws: WebSocketUpgrade,
 ) -> Response {
     let cfg = app.cfg();
-    if let Some(token) = cfg.twilio.auth_token.as_deref().filter(|t| !t.is_empty()) {
+    let keys = twilio::SigningKeys {
+        auth_token: cfg.twilio.auth_token.as_deref().filter(|t| !t.is_empty()),
+        shared_key_secret: cfg
+            .twilio
+            .shared_key_secret
+            .as_deref()
+            .filter(|k| !k.is_empty()),
+    };
+    if keys.any() {
         let urls = signed_urls(cfg.twilio.public_url.as_deref(), &headers, &uri);
-        let sig = headers
-            .get("x-twilio-signature")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        if !urls
-            .iter()
-            .any(|url| twilio::signature_is_valid(token, url, sig))
+        // Not visible ASCII: kept (lossily) so that a garbled settings
+        // header is refused rather than read as absent.
+        let header = |name| {
+            headers
+                .get(name)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()))
+        };
+        let sig = header(twilio::SIGNATURE_HEADER);
+        let settings = header(twilio::SIGNATURE_SETTINGS_HEADER);
+        if let Err(why) =
+            twilio::verify_signature(keys, &urls, &[], sig.as_deref(), settings.as_deref())
         {
-            warn!(url = %urls[0], has_signature = !sig.is_empty(), "media stream refused: invalid X-Twilio-Signature");
+            warn!(url = %urls[0], why = %why, kind = why.kind(), "media stream refused: invalid X-Twilio-Signature");
             metrics::counter!(m::PROTOCOL_ERRORS, "kind" => "bad_signature").increment(1);
             return (StatusCode::FORBIDDEN, "invalid X-Twilio-Signature").into_response();
         }
@@ -61,7 +73,8 @@ pub async fn media_stream(
 /// The URLs Twilio may have signed: the configured public URL, or the
 /// request's Host and path under `wss://` (Twilio's scheme) and `ws://`
 /// (the scheme this listener sees when TLS ends at a proxy). The HMAC, not
-/// the scheme, is what authenticates.
+/// the scheme, is what authenticates. Each is also tried with a trailing
+/// `/` and without and with its port ([`twilio::url_candidates`]).
 fn signed_urls(public: Option<&str>, headers: &HeaderMap, uri: &Uri) -> Vec<String> {
     if let Some(p) = public.filter(|p| !p.is_empty()) {
         return vec![p.to_string()];
