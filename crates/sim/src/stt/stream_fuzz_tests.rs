@@ -1,101 +1,89 @@
-//! Smoke fuzz of the STT simulator's client-facing parsing: the stable twin
-//! of the cargo-fuzz targets `fuzz/fuzz_targets/sim_stt_params.rs` and
-//! `sim_stt_stream.rs`. Mutated query strings must be accepted only as a
-//! consistent configuration or refused naming a real parameter; mutated
-//! control frames mixed with arbitrary audio must drive the stream core
-//! through well-formed output that ends in at most one close.
+//! The invariants of the STT simulator's stream core on arbitrary client
+//! traffic — the one copy, shared by the cargo-fuzz target
+//! `fuzz/fuzz_targets/sim_stt_stream.rs` and by the stable smoke twin (the
+//! `#[cfg(test)]` part at the bottom of this file).
+//!
+//! This file is included twice, by `#[path]`:
+//! - as `stt::stream::fuzz_tests` (`#[cfg(test)]`), whose parent module is
+//!   the stream core itself;
+//! - as `mod invariants` in the fuzz target, whose crate root has
+//!   `use callgate_sim::stt::stream::*` and `use callgate_sim::{script,
+//!   stt}`.
+//!
+//! So the core is reached through `super::`, the rest of the simulator
+//! through `crate::stt` and `crate::script` (the same modules in both
+//! builds), and the part that needs the mutator is compiled only under
+//! `cfg(test)` (the fuzz build never sees it). Entry point: [`check`].
+//!
+//! Invariants: at most one close, and nothing after it; the core says it
+//! is closed exactly when it has sent its close; a text frame is `Invalid`
+//! exactly when it is not JSON; finals never claim both `speech_final` and
+//! `from_finalize`, interims only with interim results; a result never
+//! covers audio not yet received; finals follow the script in order; VAD
+//! and utterance-end messages only when asked for; the summary's duration
+//! is the whole samples received and its hash covers exactly the audio
+//! bytes received.
 
-use std::collections::HashMap;
 use std::time::{Duration, UNIX_EPOCH};
 
-use media::format::samples_to_pcm16le;
-use media::g711;
 use media::synth::SpeechSynth;
 use sha2::{Digest, Sha256};
 
-use super::*;
-use crate::stt::SttSimRefusal;
+use super::{CLOSE_NORMAL, CLOSE_POLICY, Control, Outbound, StreamCore};
+use crate::stt::messages::ServerMessage;
+use crate::stt::params::{SimEncoding, StreamParams};
 
-use crate::smoke_mutator::{Mutator, Rng};
+/// What the fuzz target's stream "hears", one final after another.
+const SCRIPT: [&str; 3] = ["Hi, I'd like  a table.", "  ", "One."];
 
-const KNOWN_PARAMS: [&str; 8] = [
-    "encoding",
-    "sample_rate",
-    "channels",
-    "interim_results",
-    "endpointing",
-    "utterance_end_ms",
-    "vad_events",
-    "model",
-];
-
-/// A query string as a map, the last value of a repeated key winning.
-fn query(text: &str) -> HashMap<String, String> {
-    text.split('&')
-        .filter_map(|pair| pair.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
-/// What validation promises, whatever the query.
-fn check_params(q: &HashMap<String, String>) -> Option<StreamParams> {
-    match StreamParams::from_query(q) {
-        Ok(p) => {
-            assert!(matches!(p.sample_rate, 8_000 | 16_000));
-            assert_eq!(q.get("sample_rate"), Some(&p.sample_rate.to_string()));
-            let encoding = q.get("encoding").map(String::as_str);
-            let expected = match p.encoding {
-                SimEncoding::Mulaw => "mulaw",
-                SimEncoding::Alaw => "alaw",
-                SimEncoding::Linear16 => "linear16",
-            };
-            assert_eq!(encoding, Some(expected));
-            assert!(p.utterance_end_ms.is_none() || p.interim_results);
-            let off = q.get("endpointing").map(String::as_str) == Some("false");
-            assert_eq!(p.endpointing_ms.is_none(), off);
-            assert!(q.get("channels").is_none_or(|c| c == "1"));
-            Some(p)
+/// Every invariant on one input: a parameter byte, then segments split at
+/// `\n`; a segment's first byte picks what it is (raw audio bytes, a text
+/// frame, speech of the segment's length, or silence).
+pub fn check(data: &[u8]) {
+    let Some((&first, rest)) = data.split_first() else {
+        return;
+    };
+    let p = params(first);
+    let mut synth = SpeechSynth::new(p.sample_rate, u64::from(first));
+    let script = SCRIPT.map(str::to_owned).to_vec();
+    let mut stream = Stream::new(p.clone(), script);
+    for segment in rest.split(|b| *b == b'\n') {
+        let Some((&kind, body)) = segment.split_first() else {
+            continue;
+        };
+        let ms = (body.len() as u32 * 20).min(2_000);
+        match kind % 4 {
+            0 => stream.push_audio(body),
+            1 => {
+                stream.handle_text(&String::from_utf8_lossy(body));
+            }
+            2 => stream.push_audio(&encode(&p, &synth.utterance(ms))),
+            _ => stream.push_audio(&encode(&p, &synth.silence(ms))),
         }
-        Err(SttSimRefusal::BadParam { param, reason }) => {
-            assert!(KNOWN_PARAMS.contains(&param), "{param}");
-            let required = matches!(param, "encoding" | "sample_rate");
-            assert!(q.contains_key(param) || required, "{param}: {reason}");
-            None
-        }
-        Err(other) => panic!("validation refused with {other:?}"),
     }
 }
 
-#[test]
-fn mutated_queries_are_accepted_consistently_or_refused_by_name() {
-    let corpus = [
-        "model=nova-3&encoding=mulaw&sample_rate=8000&channels=1&interim_results=true&endpointing=300&utterance_end_ms=1000&vad_events=true&smart_format=true",
-        "encoding=linear16&sample_rate=16000",
-        "encoding=alaw&sample_rate=8000&endpointing=false&interim_results=TRUE",
-    ];
-    let tokens = &[
-        "&",
-        "=",
-        "mulaw",
-        "alaw",
-        "linear16",
-        "8000",
-        "16000",
-        "true",
-        "false",
-        "TRUE",
-        "4294967296",
-        "-1",
-        "&encoding=",
-        "&sample_rate=",
-        "&utterance_end_ms=",
-    ];
-    let mut m = Mutator::new(0x5a_a1, &corpus, tokens);
-    let mut accepted = 0;
-    m.run_text(4_000, |text| {
-        accepted += usize::from(check_params(&query(text)).is_some());
-    });
-    assert!(accepted > 100, "only {accepted} mutants were valid");
+/// The stream parameters a byte stands for.
+pub fn params(b: u8) -> StreamParams {
+    StreamParams {
+        encoding: [SimEncoding::Mulaw, SimEncoding::Alaw, SimEncoding::Linear16]
+            [usize::from(b % 3)],
+        sample_rate: if b & 0x04 == 0 { 8_000 } else { 16_000 },
+        interim_results: b & 0x08 != 0,
+        endpointing_ms: [None, Some(0), Some(10), Some(300)][usize::from(b >> 4 & 3)],
+        utterance_end_ms: (b & 0x40 != 0).then_some(1_000),
+        vad_events: b & 0x80 != 0,
+        ..StreamParams::default()
+    }
+}
+
+/// `samples` in the stream's encoding.
+pub fn encode(p: &StreamParams, samples: &[i16]) -> Vec<u8> {
+    match p.encoding {
+        SimEncoding::Mulaw => media::g711::encode_ulaw(samples),
+        SimEncoding::Alaw => media::g711::encode_alaw(samples),
+        SimEncoding::Linear16 => media::format::samples_to_pcm16le(samples),
+    }
 }
 
 /// What one stream has been sent and has answered so far.
@@ -104,6 +92,56 @@ struct Seen {
     audio: Vec<u8>,
     finals: usize,
     closed: bool,
+}
+
+/// A [`StreamCore`] whose every step is checked: each output as it comes,
+/// and after each step, that the core is closed exactly when it has sent
+/// its close.
+pub struct Stream {
+    core: StreamCore,
+    script: Vec<String>,
+    seen: Seen,
+}
+
+impl Stream {
+    pub fn new(p: StreamParams, script: Vec<String>) -> Self {
+        let created = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let core = StreamCore::new(p, script.clone(), "req".into(), created);
+        Stream {
+            core,
+            script,
+            seen: Seen::default(),
+        }
+    }
+
+    /// Sends one binary (audio) frame.
+    pub fn push_audio(&mut self, frame: &[u8]) {
+        if !self.core.is_closed() {
+            self.seen.audio.extend_from_slice(frame);
+        }
+        self.core.push_audio(frame);
+        self.drain();
+    }
+
+    /// Sends one text frame: while open, `Invalid` exactly when it is not
+    /// JSON.
+    pub fn handle_text(&mut self, text: &str) -> Control {
+        let was_closed = self.core.is_closed();
+        let control = self.core.handle_text(text);
+        let is_json = serde_json::from_str::<serde_json::Value>(text).is_ok();
+        if !was_closed {
+            assert_eq!(control == Control::Invalid, !is_json, "{text:?}");
+        }
+        self.drain();
+        control
+    }
+
+    fn drain(&mut self) {
+        while let Some(out) = self.core.poll_output() {
+            check_output(&self.core, &self.script, out, &mut self.seen);
+        }
+        assert_eq!(self.seen.closed, self.core.is_closed());
+    }
 }
 
 /// Checks one output of the core against what it was sent.
@@ -148,97 +186,106 @@ fn check_output(core: &StreamCore, script: &[String], out: Outbound, seen: &mut 
     }
 }
 
-/// One frame of audio: speech, silence, noise bytes, or (rarely) the empty
-/// frame that closes the stream.
-fn audio_frame(rng: &mut Rng, synth: &mut SpeechSynth, p: &StreamParams) -> Vec<u8> {
-    let samples = match rng.below(4) {
-        0 => synth.utterance(100 + rng.below(500) as u32),
-        1 => synth.silence(100 + rng.below(500) as u32),
-        2 => {
-            let n = rng.below(700);
-            return rng.bytes(n);
-        }
-        _ if rng.one_in(8) => return Vec::new(),
-        _ => rng.samples(800),
-    };
-    match p.encoding {
-        SimEncoding::Mulaw => g711::encode_ulaw(&samples),
-        SimEncoding::Alaw => g711::encode_alaw(&samples),
-        SimEncoding::Linear16 => samples_to_pcm16le(&samples),
-    }
-}
+// ---- the stable smoke twin ----------------------------------------------
 
-/// Feeds mutated control frames (one per line) interleaved with audio.
-/// Returns how many finals the stream sent.
-fn run_stream(rng: &mut Rng, controls: &str, p: StreamParams, script: Vec<String>) -> usize {
-    let created = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-    let mut core = StreamCore::new(p.clone(), script.clone(), "req".into(), created);
-    let mut synth = SpeechSynth::new(p.sample_rate, rng.next_u64());
-    let mut seen = Seen::default();
-    for line in controls.lines() {
-        for _ in 0..rng.below(3) {
-            let frame = audio_frame(rng, &mut synth, &p);
-            if !core.is_closed() {
-                seen.audio.extend_from_slice(&frame);
-            }
-            core.push_audio(&frame);
-            while let Some(out) = core.poll_output() {
-                check_output(&core, &script, out, &mut seen);
-            }
-        }
-        let was_closed = core.is_closed();
-        let control = core.handle_text(line);
-        let is_json = serde_json::from_str::<serde_json::Value>(line).is_ok();
-        if !was_closed {
-            assert_eq!(control == Control::Invalid, !is_json, "{line:?}");
-        }
-        while let Some(out) = core.poll_output() {
-            check_output(&core, &script, out, &mut seen);
-        }
-        assert_eq!(seen.closed, core.is_closed());
-    }
-    seen.finals
-}
+#[cfg(test)]
+mod smoke {
+    //! Mutated control frames mixed with arbitrary audio must drive the
+    //! stream core through well-formed output that ends in at most one
+    //! close.
 
-#[test]
-fn mutated_control_frames_and_audio_keep_the_stream_well_formed() {
-    let sessions = [
-        "{\"type\":\"KeepAlive\"}\n{\"type\":\"Finalize\"}\n{\"type\":\"KeepAlive\"}\n{\"type\":\"CloseStream\"}",
-        "{\"type\":\"Finalize\"}\n{\"type\":\"Warp\"}\n{}\n{\"type\":\"Finalize\"}",
-        "{\"type\":\"KeepAlive\"}\n{\"type\":\"KeepAlive\"}\n{\"type\":\"KeepAlive\"}",
+    use super::*;
+    use crate::smoke_mutator::{Mutator, Rng};
+
+    /// The fuzz target's seeds.
+    const SEEDS: [&[u8]; 2] = [
+        include_bytes!("../../../../fuzz/seeds/sim_stt_stream/seed-0"),
+        include_bytes!("../../../../fuzz/seeds/sim_stt_stream/seed-1"),
     ];
-    let tokens = &[
+    const TOKENS: &[&str] = &[
         "\"type\"",
         "\"KeepAlive\"",
         "\"Finalize\"",
         "\"CloseStream\"",
         "\n",
     ];
-    let mut m = Mutator::new(0x57_ea, &sessions, tokens);
-    let scripts = [
-        vec!["Hi, I'd like  a table.".to_owned(), "  ".to_owned()],
-        vec![],
-        vec!["One.".to_owned()],
-    ];
-    let mut finals = 0;
-    for run in 0..40 {
-        let controls = m.next_text();
-        let rng = m.rng();
-        let p = StreamParams {
-            encoding: *rng.pick(&[SimEncoding::Mulaw, SimEncoding::Alaw, SimEncoding::Linear16]),
-            sample_rate: *rng.pick(&[8_000, 16_000]),
-            interim_results: rng.one_in(2),
-            endpointing_ms: rng.pick(&[None, Some(0), Some(10), Some(300)]).to_owned(),
-            utterance_end_ms: rng.pick(&[None, Some(0), Some(1_000)]).to_owned(),
-            vad_events: rng.one_in(2),
-            ..StreamParams::default()
+
+    /// One frame of audio: speech, silence, noise bytes, or (rarely) the
+    /// empty frame that closes the stream.
+    fn audio_frame(rng: &mut Rng, synth: &mut SpeechSynth, p: &StreamParams) -> Vec<u8> {
+        let samples = match rng.below(4) {
+            0 => synth.utterance(100 + rng.below(500) as u32),
+            1 => synth.silence(100 + rng.below(500) as u32),
+            2 => {
+                let n = rng.below(700);
+                return rng.bytes(n);
+            }
+            _ if rng.one_in(8) => return Vec::new(),
+            _ => rng.samples(800),
         };
-        let script = rng.pick(&scripts).clone();
-        let mut rng = Rng::new(run);
-        finals += run_stream(&mut rng, &controls, p, script);
+        encode(p, &samples)
     }
-    assert!(
-        finals >= 5,
-        "only {finals} finals: the audio never looked like speech"
-    );
+
+    /// Feeds mutated control frames (one per line) interleaved with audio.
+    /// Returns how many finals the stream sent.
+    fn run_stream(rng: &mut Rng, controls: &str, p: StreamParams, script: Vec<String>) -> usize {
+        let mut stream = Stream::new(p.clone(), script);
+        let mut synth = SpeechSynth::new(p.sample_rate, rng.next_u64());
+        for line in controls.lines() {
+            for _ in 0..rng.below(3) {
+                stream.push_audio(&audio_frame(rng, &mut synth, &p));
+            }
+            stream.handle_text(line);
+        }
+        stream.seen.finals
+    }
+
+    #[test]
+    fn mutated_control_frames_and_audio_keep_the_stream_well_formed() {
+        let sessions = [
+            "{\"type\":\"KeepAlive\"}\n{\"type\":\"Finalize\"}\n{\"type\":\"KeepAlive\"}\n{\"type\":\"CloseStream\"}",
+            "{\"type\":\"Finalize\"}\n{\"type\":\"Warp\"}\n{}\n{\"type\":\"Finalize\"}",
+            "{\"type\":\"KeepAlive\"}\n{\"type\":\"KeepAlive\"}\n{\"type\":\"KeepAlive\"}",
+        ];
+        let mut m = Mutator::new(0x57_ea, &sessions, TOKENS);
+        let scripts = [
+            vec!["Hi, I'd like  a table.".to_owned(), "  ".to_owned()],
+            vec![],
+            vec!["One.".to_owned()],
+        ];
+        let mut finals = 0;
+        for run in 0..40 {
+            let controls = m.next_text();
+            let rng = m.rng();
+            let p = StreamParams {
+                encoding: *rng.pick(&[
+                    SimEncoding::Mulaw,
+                    SimEncoding::Alaw,
+                    SimEncoding::Linear16,
+                ]),
+                sample_rate: *rng.pick(&[8_000, 16_000]),
+                interim_results: rng.one_in(2),
+                endpointing_ms: rng.pick(&[None, Some(0), Some(10), Some(300)]).to_owned(),
+                utterance_end_ms: rng.pick(&[None, Some(0), Some(1_000)]).to_owned(),
+                vad_events: rng.one_in(2),
+                ..StreamParams::default()
+            };
+            let script = rng.pick(&scripts).clone();
+            let mut rng = Rng::new(run);
+            finals += run_stream(&mut rng, &controls, p, script);
+        }
+        assert!(
+            finals >= 5,
+            "only {finals} finals: the audio never looked like speech"
+        );
+    }
+
+    /// What the fuzz target runs, on mutants of its own seeds: a parameter
+    /// byte, then segments of raw audio, text frames, speech and silence.
+    #[test]
+    fn mutated_seeds_keep_the_invariants() {
+        let mut m = Mutator::new(0x5eed_57ea, &SEEDS, TOKENS);
+        m.run_bytes(300, check);
+        check(&[]);
+    }
 }

@@ -1,65 +1,76 @@
-//! Smoke fuzz of the TTS simulator's socket core: the stable twin of the
-//! cargo-fuzz target `fuzz/fuzz_targets/sim_tts_socket.rs`. Mutated client
-//! sessions on a virtual clock, under random knobs, must keep the context
-//! cap, send only well-formed frames, and end in at most one close after
-//! which the core is silent.
+//! The invariants of the TTS simulator's socket core on arbitrary client
+//! traffic — the one copy, shared by the cargo-fuzz target
+//! `fuzz/fuzz_targets/sim_tts_socket.rs` and by the stable smoke twin (the
+//! `#[cfg(test)]` part at the bottom of this file).
+//!
+//! This file is included twice:
+//! - as `tts::protocol::fuzz_tests` (`#[cfg(test)]`), whose parent module
+//!   is the socket core itself;
+//! - by `#[path]` as `mod invariants` in the fuzz target, whose crate root
+//!   has `use callgate_sim::tts::OutputFormat` and
+//!   `use callgate_sim::tts::protocol::*`.
+//!
+//! So the core and its output format are reached through `super::` (the
+//! same items in both builds), and the part that needs the mutator is
+//! compiled only under `cfg(test)` (the fuzz build never sees it). Entry
+//! point: [`check`].
+//!
+//! Invariants: never more open contexts than the cap; every text frame is
+//! JSON: audio with a context, decodable non-empty audio of whole samples
+//! and equal-length alignment arrays; a final with a context; or a policy
+//! error followed at once by its 1008 close; a stalled socket sends no
+//! audio; at most one close, and silence after it; a deadline exists
+//! exactly while the socket is open, and inactivity always ends a session
+//! (even one that ignores `close_socket`).
 
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::Value;
 
-use super::*;
+use super::{CoreParams, Outbound, OutputFormat, SocketCore, close_code};
 
-use crate::smoke_mutator::{Mutator, Rng};
+/// Every invariant on one input: two knob bytes, then one client frame per
+/// line, each line's first byte a gap (in 20 ms steps) on a virtual clock;
+/// a gap of `0xFF` sends a binary frame instead.
+pub fn check(data: &[u8]) {
+    let [a, b, rest @ ..] = data else { return };
+    let mut session = Session::new(params(*a, *b));
+    for line in rest.split(|c| *c == b'\n') {
+        let Some((&gap, frame)) = line.split_first() else {
+            continue;
+        };
+        session.wait(Duration::from_millis(u64::from(gap) * 20));
+        if gap == 0xFF {
+            session.binary();
+        } else {
+            session.text(&String::from_utf8_lossy(frame));
+        }
+    }
+    session.finish();
+}
 
-const SESSIONS: &[&str] = &[
-    concat!(
-        "{\"text\":\" \",\"context_id\":\"ctx-1\"}\n",
-        "{\"text\":\"Hello there, your table is booked. \",\"context_id\":\"ctx-1\"}\n",
-        "{\"text\":\"\",\"context_id\":\"ctx-1\",\"flush\":true}\n",
-        "{\"context_id\":\"ctx-1\",\"close_context\":true}\n",
-        "{\"close_socket\":true}",
-    ),
-    concat!(
-        "{\"text\":\"\"}\n",
-        "{\"text\":\"Hi. \",\"flush\":true}\n",
-        "{\"text\":\" \",\"context_id\":\"a\"}\n{\"text\":\" \",\"context_id\":\"b\"}\n",
-        "{\"text\":\"one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty \",\"context_id\":\"a\"}\n",
-        "{\"context_id\":\"b\",\"close_context\":true}",
-    ),
-    "{\"text\":\"\",\"context_id\":\"never\"}",
-];
-const TOKENS: &[&str] = &[
-    "\"text\"",
-    "\"context_id\"",
-    "\"flush\"",
-    "\"close_context\"",
-    "\"close_socket\"",
-    "\"ctx-1\"",
-    "\"ctx-2\"",
-    "\"default\"",
-    "\n",
-];
-
-fn random_params(rng: &mut Rng) -> CoreParams {
+/// The knobs two bytes stand for.
+pub fn params(a: u8, b: u8) -> CoreParams {
+    let formats = [
+        OutputFormat::Ulaw8000,
+        OutputFormat::Alaw8000,
+        OutputFormat::Pcm(16_000),
+        OutputFormat::Pcm(22_050),
+    ];
     CoreParams {
-        format: *rng.pick(&[
-            OutputFormat::Ulaw8000,
-            OutputFormat::Alaw8000,
-            OutputFormat::Pcm(16_000),
-            OutputFormat::Pcm(22_050),
-        ]),
-        max_contexts: 1 + rng.below(5),
-        first_chunk_latency: Duration::from_millis(rng.below(400) as u64),
-        chars_per_second: *rng.pick(&[15.0, 40.0, 0.0, -1.0, f64::NAN, 1e9]),
-        realtime_factor: *rng.pick(&[4.0, 1.0, 1e6, 0.0, f64::NAN, f64::INFINITY]),
-        inactivity_timeout: Duration::from_secs(1 + rng.below(30) as u64),
-        stall_audio: rng.one_in(8),
-        close_after: rng
-            .one_in(8)
-            .then(|| Duration::from_millis(rng.below(5_000) as u64)),
-        finish_flushed_on_close: rng.one_in(2),
-        ignore_close_socket: rng.one_in(8),
-        seed: rng.next_u64(),
+        format: formats[usize::from(a % 4)],
+        max_contexts: 1 + usize::from(a >> 2 & 3),
+        first_chunk_latency: Duration::from_millis(u64::from(b) * 3),
+        chars_per_second: [15.0, 0.0, f64::NAN, 1e9][usize::from(a >> 4 & 3)],
+        realtime_factor: [4.0, 0.0, f64::INFINITY, 1e6][usize::from(b & 3)],
+        inactivity_timeout: Duration::from_secs(1 + u64::from(b >> 2 & 15)),
+        stall_audio: a & 0x40 != 0,
+        close_after: (b & 0x40 != 0).then(|| Duration::from_millis(u64::from(a) * 20)),
+        finish_flushed_on_close: a & 0x80 != 0,
+        ignore_close_socket: b & 0x80 != 0,
+        seed: u64::from(a) << 8 | u64::from(b),
     }
 }
 
@@ -72,32 +83,97 @@ struct Seen {
     audio_frames: usize,
 }
 
-/// Checks everything the core has to send now.
-fn drain(core: &mut SocketCore, p: &CoreParams, seen: &mut Seen) {
-    assert!(core.open_contexts() <= p.max_contexts);
-    while let Some(out) = core.poll_output() {
-        assert!(!seen.closed, "output after the close: {out:?}");
-        match out {
-            Outbound::Close { code, reason } => {
-                if let Some(error) = seen.pending_error.take() {
-                    assert_eq!((code, reason), (close_code::POLICY, error));
-                }
-                seen.closed = true;
-            }
-            Outbound::Text(text) => {
-                assert!(
-                    seen.pending_error.is_none(),
-                    "a policy error is followed by its close"
-                );
-                let v: Value = serde_json::from_str(&text).unwrap();
-                check_frame(&v, p, seen);
-            }
-        }
-    }
-    assert_eq!(core.is_closed(), seen.closed);
-    assert_eq!(core.next_deadline().is_none(), seen.closed);
+/// One socket core on a virtual clock, checked after every step: each
+/// frame it sends as it comes, the context cap, and that it has a deadline
+/// exactly while it has not sent its close.
+pub struct Session {
+    core: SocketCore,
+    p: CoreParams,
+    seen: Seen,
+    now: Instant,
 }
 
+impl Session {
+    pub fn new(p: CoreParams) -> Self {
+        let now = Instant::now();
+        Session {
+            core: SocketCore::new(p.clone(), now),
+            p,
+            seen: Seen::default(),
+            now,
+        }
+    }
+
+    /// Moves the clock on by `gap`, waking the core at every deadline.
+    pub fn wait(&mut self, gap: Duration) {
+        let until = self.now + gap;
+        while let Some(d) = self.core.next_deadline().filter(|d| *d <= until) {
+            self.now = self.now.max(d);
+            self.core.handle_timeout(self.now);
+            self.drain();
+        }
+        self.now = self.now.max(until);
+    }
+
+    /// A text frame from the client.
+    pub fn text(&mut self, frame: &str) {
+        self.core.handle_text(self.now, frame);
+        self.drain();
+    }
+
+    /// A binary frame from the client.
+    pub fn binary(&mut self) {
+        self.core.handle_binary(self.now);
+        self.drain();
+    }
+
+    /// Waits out every deadline: inactivity always ends the session, after
+    /// which the core is silent whatever it is sent. Returns the audio
+    /// frames the session sent.
+    pub fn finish(mut self) -> usize {
+        self.wait(Duration::from_secs(60));
+        assert!(
+            self.seen.closed,
+            "the inactivity timeout always ends a session"
+        );
+        self.core
+            .handle_text(self.now, "{\"text\":\"late\",\"flush\":true}");
+        self.core.handle_binary(self.now);
+        self.core
+            .handle_timeout(self.now + Duration::from_secs(600));
+        assert!(self.core.poll_output().is_none(), "a closed core is silent");
+        self.seen.audio_frames
+    }
+
+    /// Checks everything the core has to send now.
+    fn drain(&mut self) {
+        let (p, seen) = (&self.p, &mut self.seen);
+        assert!(self.core.open_contexts() <= p.max_contexts);
+        while let Some(out) = self.core.poll_output() {
+            assert!(!seen.closed, "output after the close: {out:?}");
+            match out {
+                Outbound::Close { code, reason } => {
+                    if let Some(error) = seen.pending_error.take() {
+                        assert_eq!((code, reason), (close_code::POLICY, error));
+                    }
+                    seen.closed = true;
+                }
+                Outbound::Text(text) => {
+                    assert!(
+                        seen.pending_error.is_none(),
+                        "a policy error is followed by its close"
+                    );
+                    let v: Value = serde_json::from_str(&text).expect("the core sends JSON");
+                    check_frame(&v, p, seen);
+                }
+            }
+        }
+        assert_eq!(self.core.is_closed(), seen.closed);
+        assert_eq!(self.core.next_deadline().is_none(), seen.closed);
+    }
+}
+
+/// One text frame: a policy error, a final, or well-formed audio.
 fn check_frame(v: &Value, p: &CoreParams, seen: &mut Seen) {
     if let Some(error) = v["error"].as_str() {
         assert_eq!(v["code"], close_code::POLICY);
@@ -108,7 +184,9 @@ fn check_frame(v: &Value, p: &CoreParams, seen: &mut Seen) {
         assert!(!p.stall_audio, "a stalled socket sent audio");
         seen.audio_frames += 1;
         assert!(v["contextId"].is_string(), "{v}");
-        let audio = B64.decode(v["audio"].as_str().unwrap()).unwrap();
+        let audio = B64
+            .decode(v["audio"].as_str().expect("audio"))
+            .expect("base64");
         let width = if matches!(p.format, OutputFormat::Pcm(_)) {
             2
         } else {
@@ -116,64 +194,115 @@ fn check_frame(v: &Value, p: &CoreParams, seen: &mut Seen) {
         };
         assert!(!audio.is_empty() && audio.len().is_multiple_of(width));
         let a = &v["alignment"];
-        let n = a["chars"].as_array().unwrap().len();
-        assert_eq!(a["charStartTimesMs"].as_array().unwrap().len(), n);
-        assert_eq!(a["charDurationsMs"].as_array().unwrap().len(), n);
+        let n = a["chars"].as_array().expect("chars").len();
+        assert_eq!(a["charStartTimesMs"].as_array().map(Vec::len), Some(n));
+        assert_eq!(a["charDurationsMs"].as_array().map(Vec::len), Some(n));
     }
 }
 
-/// Moves the virtual clock to `until`, waking the core at every deadline.
-fn advance(
-    core: &mut SocketCore,
-    p: &CoreParams,
-    seen: &mut Seen,
-    now: &mut Instant,
-    until: Instant,
-) {
-    while let Some(d) = core.next_deadline().filter(|d| *d <= until) {
-        *now = (*now).max(d);
-        core.handle_timeout(*now);
-        drain(core, p, seen);
-    }
-    *now = (*now).max(until);
-}
+// ---- the stable smoke twin ----------------------------------------------
 
-/// Plays one session: a frame per line, with random gaps on a virtual
-/// clock, then waits out every deadline. Returns the audio frames sent.
-fn run_session(rng: &mut Rng, session: &str) -> usize {
-    let p = random_params(rng);
-    let mut now = Instant::now();
-    let mut core = SocketCore::new(p.clone(), now);
-    let mut seen = Seen::default();
-    for line in session.lines() {
-        let until = now + Duration::from_millis(rng.below(3_000) as u64);
-        advance(&mut core, &p, &mut seen, &mut now, until);
-        if rng.one_in(20) {
-            core.handle_binary(now);
-        } else {
-            core.handle_text(now, line);
+#[cfg(test)]
+mod smoke {
+    //! Mutated client sessions on a virtual clock, under random knobs, must
+    //! keep the context cap, send only well-formed frames, and end in at
+    //! most one close after which the core is silent.
+
+    use super::*;
+    use crate::smoke_mutator::{Mutator, Rng};
+
+    const SESSIONS: &[&str] = &[
+        concat!(
+            "{\"text\":\" \",\"context_id\":\"ctx-1\"}\n",
+            "{\"text\":\"Hello there, your table is booked. \",\"context_id\":\"ctx-1\"}\n",
+            "{\"text\":\"\",\"context_id\":\"ctx-1\",\"flush\":true}\n",
+            "{\"context_id\":\"ctx-1\",\"close_context\":true}\n",
+            "{\"close_socket\":true}",
+        ),
+        concat!(
+            "{\"text\":\"\"}\n",
+            "{\"text\":\"Hi. \",\"flush\":true}\n",
+            "{\"text\":\" \",\"context_id\":\"a\"}\n{\"text\":\" \",\"context_id\":\"b\"}\n",
+            "{\"text\":\"one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen twenty \",\"context_id\":\"a\"}\n",
+            "{\"context_id\":\"b\",\"close_context\":true}",
+        ),
+        "{\"text\":\"\",\"context_id\":\"never\"}",
+    ];
+    const TOKENS: &[&str] = &[
+        "\"text\"",
+        "\"context_id\"",
+        "\"flush\"",
+        "\"close_context\"",
+        "\"close_socket\"",
+        "\"ctx-1\"",
+        "\"ctx-2\"",
+        "\"default\"",
+        "\n",
+    ];
+    /// The fuzz target's seeds.
+    const SEEDS: [&[u8]; 2] = [
+        include_bytes!("../../../../../fuzz/seeds/sim_tts_socket/seed-0"),
+        include_bytes!("../../../../../fuzz/seeds/sim_tts_socket/seed-1"),
+    ];
+
+    fn random_params(rng: &mut Rng) -> CoreParams {
+        CoreParams {
+            format: *rng.pick(&[
+                OutputFormat::Ulaw8000,
+                OutputFormat::Alaw8000,
+                OutputFormat::Pcm(16_000),
+                OutputFormat::Pcm(22_050),
+            ]),
+            max_contexts: 1 + rng.below(5),
+            first_chunk_latency: Duration::from_millis(rng.below(400) as u64),
+            chars_per_second: *rng.pick(&[15.0, 40.0, 0.0, -1.0, f64::NAN, 1e9]),
+            realtime_factor: *rng.pick(&[4.0, 1.0, 1e6, 0.0, f64::NAN, f64::INFINITY]),
+            inactivity_timeout: Duration::from_secs(1 + rng.below(30) as u64),
+            stall_audio: rng.one_in(8),
+            close_after: rng
+                .one_in(8)
+                .then(|| Duration::from_millis(rng.below(5_000) as u64)),
+            finish_flushed_on_close: rng.one_in(2),
+            ignore_close_socket: rng.one_in(8),
+            seed: rng.next_u64(),
         }
-        drain(&mut core, &p, &mut seen);
     }
-    let until = now + Duration::from_secs(60);
-    advance(&mut core, &p, &mut seen, &mut now, until);
-    assert!(seen.closed, "the inactivity timeout always ends a session");
-    core.handle_text(now, "{\"text\":\"late\",\"flush\":true}");
-    core.handle_timeout(now + Duration::from_secs(600));
-    assert!(core.poll_output().is_none(), "a closed core is silent");
-    seen.audio_frames
-}
 
-#[test]
-fn mutated_sessions_keep_the_socket_core_well_formed() {
-    let mut m = Mutator::new(0x7e5, SESSIONS, TOKENS);
-    let mut audio_frames = 0;
-    for _ in 0..150 {
-        let session = m.next_text();
-        audio_frames += run_session(m.rng(), &session);
+    /// Plays one session: a frame per line, with random gaps on a virtual
+    /// clock, then waits out every deadline. Returns the audio frames sent.
+    fn run_session(rng: &mut Rng, frames: &str) -> usize {
+        let mut session = Session::new(random_params(rng));
+        for line in frames.lines() {
+            session.wait(Duration::from_millis(rng.below(3_000) as u64));
+            if rng.one_in(20) {
+                session.binary();
+            } else {
+                session.text(line);
+            }
+        }
+        session.finish()
     }
-    assert!(
-        audio_frames > 50,
-        "only {audio_frames} audio frames: generation was never reached"
-    );
+
+    #[test]
+    fn mutated_sessions_keep_the_socket_core_well_formed() {
+        let mut m = Mutator::new(0x7e5, SESSIONS, TOKENS);
+        let mut audio_frames = 0;
+        for _ in 0..150 {
+            let session = m.next_text();
+            audio_frames += run_session(m.rng(), &session);
+        }
+        assert!(
+            audio_frames > 50,
+            "only {audio_frames} audio frames: generation was never reached"
+        );
+    }
+
+    /// What the fuzz target runs, on mutants of its own seeds: two knob
+    /// bytes, then a gap byte and a frame per line.
+    #[test]
+    fn mutated_seeds_keep_the_invariants() {
+        let mut m = Mutator::new(0x5eed_07e5, &SEEDS, TOKENS);
+        m.run_bytes(300, check);
+        check(&[0, 0]);
+    }
 }
