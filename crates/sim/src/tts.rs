@@ -35,7 +35,9 @@ use tokio_util::sync::CancellationToken;
 pub use audio::OutputFormat;
 
 use crate::stats::{FormatCounts, RecentSessions, SessionGuard, SessionStats};
-use protocol::{AudioTally, CoreParams, SocketCore};
+use protocol::{Account, AudioTally, CoreParams, SocketCore};
+
+pub use protocol::NullAlignment;
 
 pub use protocol::ContextAudio;
 
@@ -76,6 +78,38 @@ pub struct TtsSimConfig {
     /// Fault: never answer `close_socket` (the client's close times out;
     /// the inactivity timeout still ends the socket).
     pub ignore_close_socket: bool,
+    /// Fault (the provider's generation-concurrency limit, separate from
+    /// `max_sockets`): generations in progress across all sockets. ElevenLabs
+    /// counts concurrency per account while audio is being generated, queues
+    /// requests over the limit briefly, then answers 429
+    /// `too_many_concurrent_requests`. Here a generation over the cap waits
+    /// `generation_queue_ms` for a slot; then the already-open socket gets
+    /// `{"message": …, "error": "too_many_concurrent_requests", "code": 429}`
+    /// and **closes** with 1008 (reason `too_many_concurrent_requests`) —
+    /// WebSocket errors from the provider are followed by a close. `None`
+    /// (default): unlimited.
+    pub max_concurrent_generations: Option<u32>,
+    /// How long a generation over `max_concurrent_generations` waits.
+    pub generation_queue_ms: u64,
+    /// Fault (quota / abuse): characters all sockets together may generate.
+    /// The generation that crosses it gets `{"message": "This request
+    /// exceeds your quota of …", "error": "quota_exceeded", "code": 1008}`
+    /// and the socket closes with 1008 (reason `quota_exceeded`). `Some(0)`
+    /// fails the first generation. `None` (default): no quota.
+    pub quota_chars: Option<u64>,
+    /// Fault: a context closed without ever receiving text (only its init
+    /// space) never gets `isFinal`; it still stops counting against the
+    /// context cap.
+    pub no_final_for_empty_context: bool,
+    /// Fault: audio messages carry `alignment` and/or `normalizedAlignment`
+    /// as `null` (`"none"` default, `"alignment"`, `"normalized"`, `"both"`).
+    pub null_alignment: NullAlignment,
+    /// Per-context inactivity (ElevenLabs: contexts time out after 20 s
+    /// without input; a keep-alive `{"text": "", "context_id": …}` resets
+    /// one). When on, a context that gets no message for the inactivity
+    /// timeout stops generating and gets its `isFinal`; the socket's own
+    /// timeout applies as well. Off by default (only the socket times out).
+    pub context_inactivity: bool,
 }
 
 impl Default for TtsSimConfig {
@@ -93,6 +127,12 @@ impl Default for TtsSimConfig {
             fail_upgrade_status: None,
             finish_flushed_on_close: false,
             ignore_close_socket: false,
+            max_concurrent_generations: None,
+            generation_queue_ms: 50,
+            quota_chars: None,
+            no_final_for_empty_context: false,
+            null_alignment: NullAlignment::None,
+            context_inactivity: false,
         }
     }
 }
@@ -244,6 +284,9 @@ pub struct TtsSim {
     sessions: Arc<RecentSessions<SocketCell>>,
     next_session: Arc<AtomicU64>,
     totals: Arc<AudioTotals>,
+    /// Account-wide usage: generation slots and characters (faults
+    /// `max_concurrent_generations`, `quota_chars`).
+    account: Arc<Account>,
 }
 
 impl TtsSim {
@@ -258,6 +301,7 @@ impl TtsSim {
             sessions: Arc::new(RecentSessions::default()),
             next_session: Arc::new(AtomicU64::new(1)),
             totals: Arc::new(AudioTotals::default()),
+            account: Arc::new(Account::default()),
         }
     }
 
@@ -387,6 +431,7 @@ impl TtsSim {
             &cfg,
             query,
             self.next_socket.fetch_add(1, Ordering::Relaxed),
+            Arc::clone(&self.account),
         )
         .map_err(|msg| refusal(StatusCode::BAD_REQUEST, "invalid_request", msg))?;
         let guard = self.stats.try_open(cfg.max_sockets).ok_or_else(|| {
@@ -412,6 +457,7 @@ fn core_params(
     cfg: &TtsSimConfig,
     query: &HashMap<String, String>,
     socket_no: u64,
+    account: Arc<Account>,
 ) -> Result<CoreParams, String> {
     let format = match query.get("output_format") {
         None => OutputFormat::default(),
@@ -443,6 +489,13 @@ fn core_params(
         finish_flushed_on_close: cfg.finish_flushed_on_close,
         ignore_close_socket: cfg.ignore_close_socket,
         seed: socket_no,
+        max_concurrent_generations: cfg.max_concurrent_generations,
+        generation_queue: Duration::from_millis(cfg.generation_queue_ms),
+        quota_chars: cfg.quota_chars,
+        no_final_for_empty_context: cfg.no_final_for_empty_context,
+        null_alignment: cfg.null_alignment,
+        context_inactivity: cfg.context_inactivity,
+        account,
     })
 }
 

@@ -31,14 +31,28 @@ pub struct Utterance {
 }
 
 /// Sans-IO assembler: feed every event with [`UtteranceAssembler::push`].
-/// Interim results are ignored (finals supersede them); empty finals add
-/// nothing; a boundary with nothing pending yields nothing, so a
-/// `speech_final` followed by an `UtteranceEnd` yields one utterance.
+/// Finals supersede interims; a boundary with nothing pending yields
+/// nothing, so a `speech_final` followed by an `UtteranceEnd` yields one
+/// utterance.
+///
+/// The last interim with words is remembered (until a non-empty final or
+/// an utterance replaces it) so that words the caller was heard saying are
+/// never lost to a provider's bad day:
+/// - a final that comes back **empty** after such an interim promotes the
+///   interim's words to a segment (then `speech_final`, `from_finalize` or
+///   a later boundary ends the utterance as usual);
+/// - an `UtteranceEnd` with no finals pending but interim words seen since
+///   the last utterance yields those words.
+///
+/// Interims alone with no boundary yield nothing.
 #[derive(Debug, Clone, Default)]
 pub struct UtteranceAssembler {
     segments: Vec<String>,
     start: f64,
     end: f64,
+    /// The latest interim with words since the last final or utterance:
+    /// (text, start, end).
+    interim: Option<(String, f64, f64)>,
 }
 
 impl UtteranceAssembler {
@@ -49,14 +63,21 @@ impl UtteranceAssembler {
     /// Feeds one event; returns an utterance when this event completed one.
     pub fn push(&mut self, event: &SttEvent) -> Option<Utterance> {
         match event {
-            SttEvent::Transcript(t) if t.is_final => {
+            SttEvent::Transcript(t) if !t.is_final => {
                 let text = t.text.trim();
                 if !text.is_empty() {
-                    if self.segments.is_empty() {
-                        self.start = t.start;
-                    }
-                    self.segments.push(text.to_owned());
-                    self.end = t.start + t.duration;
+                    self.interim = Some((text.to_owned(), t.start, t.start + t.duration));
+                }
+                None
+            }
+            SttEvent::Transcript(t) => {
+                let text = t.text.trim();
+                if !text.is_empty() {
+                    self.interim = None;
+                    self.add(text.to_owned(), t.start, t.start + t.duration);
+                } else if let Some((words, start, end)) = self.interim.take() {
+                    // An empty final after speech: keep what was heard.
+                    self.add(words, start, end);
                 }
                 if t.speech_final {
                     self.take(UtteranceBoundary::SpeechFinal)
@@ -66,7 +87,14 @@ impl UtteranceAssembler {
                     None
                 }
             }
-            SttEvent::UtteranceEnd { .. } => self.take(UtteranceBoundary::UtteranceEnd),
+            SttEvent::UtteranceEnd { .. } => {
+                if self.segments.is_empty()
+                    && let Some((words, start, end)) = self.interim.take()
+                {
+                    self.add(words, start, end);
+                }
+                self.take(UtteranceBoundary::UtteranceEnd)
+            }
             SttEvent::Closed(_) => self.take(UtteranceBoundary::StreamClosed),
             _ => None,
         }
@@ -77,10 +105,19 @@ impl UtteranceAssembler {
         !self.segments.is_empty()
     }
 
+    fn add(&mut self, text: String, start: f64, end: f64) {
+        if self.segments.is_empty() {
+            self.start = start;
+        }
+        self.segments.push(text);
+        self.end = end;
+    }
+
     fn take(&mut self, boundary: UtteranceBoundary) -> Option<Utterance> {
         if self.segments.is_empty() {
             return None;
         }
+        self.interim = None;
         let text = std::mem::take(&mut self.segments).join(" ");
         Some(Utterance {
             text,
@@ -149,6 +186,87 @@ mod tests {
         let texts: Vec<&str> = out.iter().map(|u| u.text.as_str()).collect();
         assert_eq!(texts, ["Yes", "please."]);
         assert_eq!(out[1].boundary, UtteranceBoundary::UtteranceEnd);
+    }
+
+    #[test]
+    fn an_empty_final_after_interim_words_promotes_the_interim() {
+        let out = run(&[
+            result("i want", 1.0, false, false),
+            result("i want a table", 1.0, false, false),
+            result("", 1.0, true, true),
+        ]);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].text, "i want a table");
+        assert_eq!(out[0].boundary, UtteranceBoundary::SpeechFinal);
+        assert_eq!((out[0].start, out[0].end), (1.0, 2.0));
+        // Without speech_final the promoted words wait for a boundary.
+        let out = run(&[
+            result("yes please", 0.0, false, false),
+            result("", 0.0, true, false),
+        ]);
+        assert!(out.is_empty(), "{out:?}");
+        let out = run(&[
+            result("yes please", 0.0, false, false),
+            result("", 0.0, true, false),
+            SttEvent::UtteranceEnd { last_word_end: 1.0 },
+        ]);
+        assert_eq!(out[0].text, "yes please");
+        // An empty final with no interim words before it is still nothing.
+        assert!(run(&[result("", 0.0, true, true)]).is_empty());
+    }
+
+    #[test]
+    fn utterance_end_with_only_interim_words_yields_them_once() {
+        let out = run(&[
+            result("the name", 0.5, false, false),
+            result("the name is Alex", 0.5, false, false),
+            SttEvent::UtteranceEnd { last_word_end: 1.5 },
+            SttEvent::UtteranceEnd { last_word_end: 1.5 },
+        ]);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].text, "the name is Alex");
+        assert_eq!(out[0].boundary, UtteranceBoundary::UtteranceEnd);
+        // Interims from an utterance already delivered are not replayed.
+        let out = run(&[
+            result("hello", 0.0, false, false),
+            result("Hello.", 0.0, true, true),
+            SttEvent::UtteranceEnd { last_word_end: 1.0 },
+        ]);
+        assert_eq!(out.len(), 1, "{out:?}");
+    }
+
+    #[test]
+    fn an_interim_with_words_then_a_non_empty_final_uses_the_final() {
+        let out = run(&[
+            result("i wanna", 1.0, false, false),
+            result("I want to book.", 1.0, true, true),
+            SttEvent::UtteranceEnd { last_word_end: 2.0 },
+        ]);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].text, "I want to book.");
+        // A later empty final does not resurrect the superseded interim.
+        let out = run(&[
+            result("i wanna", 1.0, false, false),
+            result("I want", 1.0, true, false),
+            result("", 2.0, true, true),
+        ]);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].text, "I want");
+    }
+
+    #[test]
+    fn interims_then_silence_without_a_boundary_yield_nothing_until_one() {
+        let mut a = UtteranceAssembler::new();
+        for e in [
+            result("so", 0.0, false, false),
+            result("so maybe", 0.0, false, false),
+            SttEvent::SpeechStarted { at: 0.0 },
+        ] {
+            assert_eq!(a.push(&e), None);
+        }
+        assert!(!a.has_pending());
+        let u = a.push(&SttEvent::UtteranceEnd { last_word_end: 1.0 });
+        assert_eq!(u.map(|u| u.text), Some("so maybe".to_owned()));
     }
 
     #[test]

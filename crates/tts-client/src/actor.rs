@@ -231,7 +231,9 @@ impl Actor {
     async fn on_timeout(&mut self) -> Step {
         let now = Instant::now();
         if now >= self.last_sent + self.keepalive {
-            self.send(wire::keepalive()).await?;
+            // Name the live context so its own inactivity timer resets too.
+            self.send(wire::keepalive(self.tracker.live_context()))
+                .await?;
         }
         for action in self.tracker.on_timeout(now.into_std()) {
             self.apply(Some(action)).await?;
@@ -243,10 +245,20 @@ impl Actor {
         match action {
             None => Ok(()),
             Some(Action::SendClose(id)) => self.send(wire::close_context(id)).await,
-            Some(Action::FinalOverdue(id)) => Err(Exit::Local {
-                ack: None,
-                why: CloseReason::FinalTimeout { context: id },
-            }),
+            // The provider never finalised this context (e.g. ElevenLabs
+            // withholding `isFinal` for a context that got no text): end
+            // THAT context locally with its `ContextFinal`; the session and
+            // every other context carry on. Late audio for it is dropped.
+            Some(Action::FinalOverdue(id)) => {
+                self.tracker.finalised(id);
+                self.shared.count_final_overdue();
+                if self.shared.state(id).is_none() {
+                    return Ok(());
+                }
+                tracing::warn!(context = %id, "no final within close_timeout: context ended locally");
+                self.shared.set_state(id, CtxState::Cancelled);
+                self.emit(TtsEvent::ContextFinal { context: id }).await
+            }
         }
     }
 

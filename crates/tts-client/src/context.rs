@@ -58,6 +58,8 @@ pub(crate) struct Shared {
     pub label: String,
     contexts: Mutex<HashMap<ContextId, CtxState>>,
     late_audio_dropped: AtomicU64,
+    /// Contexts ended locally because their final never came.
+    finals_overdue: AtomicU64,
     /// Set by the actor when the session ends.
     terminal: Mutex<Option<CloseReason>>,
 }
@@ -68,6 +70,7 @@ impl Shared {
             label: label.to_owned(),
             contexts: Mutex::new(HashMap::new()),
             late_audio_dropped: AtomicU64::new(0),
+            finals_overdue: AtomicU64::new(0),
             terminal: Mutex::new(None),
         }
     }
@@ -125,6 +128,14 @@ impl Shared {
 
     pub fn count_late_audio(&self) {
         self.late_audio_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn count_final_overdue(&self) {
+        self.finals_overdue.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn finals_overdue(&self) -> u64 {
+        self.finals_overdue.load(Ordering::Relaxed)
     }
 
     pub fn late_audio_dropped(&self) -> u64 {

@@ -36,7 +36,11 @@ pub enum TtsEvent {
     /// Audio in the configured output format, decoded from base64.
     Audio { context: ContextId, bytes: Vec<u8> },
     /// The context is finished (all its audio came before this, unless it
-    /// was cancelled) and no longer counts as open.
+    /// was cancelled) and no longer counts as open. Also sent when the
+    /// provider never finalises a closed context: after `close_context`
+    /// and a further `close_timeout` without its `isFinal`, the client ends
+    /// that context itself (counted in [`TtsHandle::finals_overdue`]; any
+    /// later audio for it is dropped). The session is not affected.
     ContextFinal { context: ContextId },
     /// The provider reported an error; a close usually follows.
     ProviderError { message: String },
@@ -258,6 +262,13 @@ impl TtsHandle {
     /// Audio chunks of cancelled contexts dropped so far.
     pub fn late_audio_dropped(&self) -> u64 {
         self.shared.late_audio_dropped()
+    }
+
+    /// Contexts the client ended itself because the provider sent no
+    /// `isFinal` within `close_timeout` of `close_context`: each got its
+    /// [`TtsEvent::ContextFinal`] and the session went on.
+    pub fn finals_overdue(&self) -> u64 {
+        self.shared.finals_overdue()
     }
 
     /// True once the session has ended.

@@ -110,6 +110,16 @@ impl Tracker {
         self.entries.remove(&id);
     }
 
+    /// The newest context still open (no `close_context` sent yet): the
+    /// one a keep-alive should name.
+    pub fn live_context(&self) -> Option<ContextId> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.phase == Phase::Open)
+            .map(|(id, _)| *id)
+            .max()
+    }
+
     /// When [`Tracker::on_timeout`] has work next.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.entries
@@ -205,6 +215,22 @@ mod tests {
         assert_eq!(t.on_timeout(ms(t0, 7_000)), vec![Action::FinalOverdue(A)]);
         t.finalised(A);
         assert_eq!(t.next_deadline(), None);
+    }
+
+    #[test]
+    fn the_live_context_is_the_newest_one_not_yet_closing() {
+        let t0 = Instant::now();
+        let mut t = Tracker::new(T);
+        assert_eq!(t.live_context(), None);
+        t.open(A, t0);
+        let b = ContextId(2);
+        t.open(b, t0);
+        assert_eq!(t.live_context(), Some(b));
+        t.sent(b, 5);
+        t.close(b, t0);
+        assert_eq!(t.live_context(), Some(A), "a closing context is not named");
+        t.cancel(A, t0);
+        assert_eq!(t.live_context(), None);
     }
 
     #[test]

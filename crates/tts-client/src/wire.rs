@@ -30,9 +30,15 @@ pub(crate) fn close_socket() -> String {
     json!({ "close_socket": true }).to_string()
 }
 
-/// Keeps the socket (not any context) alive.
-pub(crate) fn keepalive() -> String {
-    json!({ "text": "" }).to_string()
+/// Keeps the socket alive and, when given, that context: ElevenLabs'
+/// multi-context keep-alive is an empty text naming the context
+/// (`{"text": "", "context_id": …}`); without one only the socket is kept.
+/// Only name a context whose init was sent and that is not closing.
+pub(crate) fn keepalive(live: Option<ContextId>) -> String {
+    match live {
+        Some(id) => json!({ "text": "", "context_id": id.to_string() }).to_string(),
+        None => json!({ "text": "" }).to_string(),
+    }
 }
 
 /// A provider message, as far as this client cares.
@@ -67,6 +73,8 @@ struct Raw {
     #[serde(rename = "is_final")]
     final_snake: Option<bool>,
     alignment: Option<RawAlignment>,
+    #[serde(rename = "normalizedAlignment")]
+    normalized_alignment: Option<RawAlignment>,
     error: Option<serde_json::Value>,
     message: Option<String>,
 }
@@ -95,7 +103,9 @@ pub fn parse(frame: &str) -> Result<Inbound, String> {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(audio.as_bytes())
             .map_err(|e| format!("audio is not base64: {e}"))?;
-        let aligned_chars = raw.alignment.map(|a| {
+        // `alignment` may be null; `normalizedAlignment` then stands in.
+        // With neither the tracker falls back to the audio's length.
+        let aligned_chars = raw.alignment.or(raw.normalized_alignment).map(|a| {
             a.chars
                 .iter()
                 .flat_map(|c| c.chars())
@@ -154,7 +164,11 @@ mod tests {
             value(&close_context(ContextId(3))),
             json!({"context_id": "ctx-3", "close_context": true})
         );
-        assert_eq!(value(&keepalive()), json!({"text": ""}));
+        assert_eq!(value(&keepalive(None)), json!({"text": ""}));
+        assert_eq!(
+            value(&keepalive(Some(ContextId(4)))),
+            json!({"text": "", "context_id": "ctx-4"})
+        );
     }
 
     #[test]
@@ -190,6 +204,25 @@ mod tests {
             }
         );
         assert_eq!(parse(r#"{"flush_done":true}"#).unwrap(), Inbound::Other);
+        // A null alignment falls back to normalizedAlignment, then to none.
+        let norm = r#"{"audio":"AAEC","contextId":"ctx-1","alignment":null,
+            "normalizedAlignment":{"chars":["a","b"],"charStartTimesMs":[0,1],"charDurationsMs":[1,1]}}"#;
+        assert!(matches!(
+            parse(norm).unwrap(),
+            Inbound::Audio {
+                aligned_chars: Some(2),
+                ..
+            }
+        ));
+        let none =
+            r#"{"audio":"AAEC","contextId":"ctx-1","alignment":null,"normalizedAlignment":null}"#;
+        assert!(matches!(
+            parse(none).unwrap(),
+            Inbound::Audio {
+                aligned_chars: None,
+                ..
+            }
+        ));
         assert!(parse("not json").is_err());
     }
 }

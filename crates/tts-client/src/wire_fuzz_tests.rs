@@ -184,7 +184,9 @@ mod smoke {
             stall_audio: false,
             close_after: None,
             finish_flushed_on_close: true,
+            ignore_close_socket: false,
             seed,
+            ..CoreParams::quiet()
         }
     }
 

@@ -47,7 +47,13 @@ use self::stream::StreamCore;
 
 /// Run-time configuration of the STT simulator. Every field has a default,
 /// so a partial TOML/JSON document is valid.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// The fault knobs reproduce Deepgram's bad days; all are off by default and
+/// apply to streams opened after they are set (`PUT /admin/config`, or
+/// `SimConfig::stt` in a test). Audio-time faults are counted in
+/// milliseconds of audio the stream has received, so they are reproducible
+/// however fast the audio arrives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SttSimConfig {
     /// Concurrent streams; beyond it the upgrade gets HTTP 429.
@@ -62,11 +68,42 @@ pub struct SttSimConfig {
     pub api_key: Option<String>,
     /// Fault: close every stream with 1011 `NET-0000` after this long.
     pub close_after_ms: Option<u64>,
-    /// Fault: answer every upgrade with this HTTP status.
+    /// Fault: answer every upgrade with this HTTP status. As on Deepgram,
+    /// the refusal carries the error body (`err_code`, `err_msg`,
+    /// `request_id`) both as JSON and in a `dg-error` response header, and
+    /// the stream id in `dg-request-id`.
     pub fail_upgrade_status: Option<u16>,
+    /// With `fail_upgrade_status`: the `err_msg` of the refusal (default:
+    /// "injected upgrade failure (HTTP <status>)").
+    pub fail_upgrade_message: Option<String>,
     /// Fault: accept audio and keep the stream open, but never send a
     /// result (a provider that has silently stopped transcribing).
     pub stall_results: bool,
+    /// Fault `stall_results_ms`: results (and `UtteranceEnd`) are held for
+    /// this many ms of audio starting at `stall_results_from_ms`, then all
+    /// released at once, in order (a transcriber that falls behind and
+    /// catches up). Audio keeps being accepted throughout.
+    pub stall_results_ms: Option<u64>,
+    /// Audio time at which the `stall_results_ms` hold begins (default 0:
+    /// from the first frame).
+    pub stall_results_from_ms: u64,
+    /// Fault `empty_finals`: the fraction (0.0–1.0) of utterances whose
+    /// final comes back with an empty transcript (`is_final: true`,
+    /// `speech_final` as usual, `transcript: ""`, no words) after interims
+    /// that had words. Which utterances is a pure function of
+    /// `fault_seed`, the session number and the utterance index, so a run
+    /// is reproducible; 1.0 empties every final.
+    pub empty_finals: f64,
+    /// Seed of the `empty_finals` choice.
+    pub fault_seed: u64,
+    /// Fault `no_speech_final`: `speech_final` is never set (Deepgram's
+    /// endpointing defeated by background noise); utterances end only by
+    /// `UtteranceEnd`, which needs the client's `utterance_end_ms`.
+    pub no_speech_final: bool,
+    /// Fault `error_then_close`: after this many ms of audio, send an
+    /// `Error` message (`variant: "INTERNAL_SERVER_ERROR"`) and close the
+    /// stream with 1011 `NET-0000`.
+    pub error_then_close_ms: Option<u64>,
 }
 
 impl Default for SttSimConfig {
@@ -79,7 +116,14 @@ impl Default for SttSimConfig {
             api_key: None,
             close_after_ms: None,
             fail_upgrade_status: None,
+            fail_upgrade_message: None,
             stall_results: false,
+            stall_results_ms: None,
+            stall_results_from_ms: 0,
+            empty_finals: 0.0,
+            fault_seed: 0,
+            no_speech_final: false,
+            error_then_close_ms: None,
         }
     }
 }
@@ -89,8 +133,11 @@ impl Default for SttSimConfig {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SttSimRefusal {
     /// The `fail_upgrade_status` fault knob is set.
-    #[error("injected upgrade failure (HTTP {status})")]
-    Injected { status: u16 },
+    #[error("{}", message.clone().unwrap_or_else(|| format!("injected upgrade failure (HTTP {status})")))]
+    Injected {
+        status: u16,
+        message: Option<String>,
+    },
     /// `api_key` is configured and the request did not carry it.
     #[error("invalid credentials")]
     Unauthorized,
@@ -106,7 +153,7 @@ impl SttSimRefusal {
     /// The HTTP status Deepgram answers with.
     pub fn status(&self) -> StatusCode {
         match self {
-            SttSimRefusal::Injected { status } => {
+            SttSimRefusal::Injected { status, .. } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
             }
             SttSimRefusal::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -124,13 +171,23 @@ impl SttSimRefusal {
         }
     }
 
+    /// The refusal as Deepgram sends it: the JSON error body, repeated in
+    /// the `dg-error` header, and the request id in `dg-request-id`.
     fn into_response(self, request_id: Uuid) -> Response {
         let body = serde_json::json!({
             "err_code": self.err_code(),
             "err_msg": self.to_string(),
             "request_id": request_id.to_string(),
         });
-        (self.status(), Json(body)).into_response()
+        let mut response = (self.status(), Json(&body)).into_response();
+        let headers = response.headers_mut();
+        if let Ok(v) = HeaderValue::from_str(&body.to_string()) {
+            headers.insert("dg-error", v);
+        }
+        if let Ok(v) = HeaderValue::from_str(&request_id.to_string()) {
+            headers.insert("dg-request-id", v);
+        }
+        response
     }
 }
 
@@ -230,6 +287,11 @@ impl SessionCell {
 pub(crate) struct LiveSession(Arc<SessionCell>);
 
 impl LiveSession {
+    /// The session's 1-based number.
+    pub(crate) fn session(&self) -> u64 {
+        self.0.session
+    }
+
     /// Called by the stream task after each audio frame.
     pub(crate) fn update(&self, audio_bytes: u64, audio_ms: u64, utterances: u64) {
         let cell = &self.0;
@@ -372,7 +434,10 @@ impl SttSim {
     ) -> Result<(StreamParams, SessionGuard), SttSimRefusal> {
         if let Some(status) = cfg.fail_upgrade_status {
             self.stats.count_fault();
-            return Err(SttSimRefusal::Injected { status });
+            return Err(SttSimRefusal::Injected {
+                status,
+                message: cfg.fail_upgrade_message.clone(),
+            });
         }
         if let Some(key) = &cfg.api_key {
             let expected = format!("Token {key}");
@@ -429,12 +494,22 @@ async fn listen(
     let record = app
         .sim
         .record_session(&params, request_id.to_string(), request, tags);
+    let faults = stream::StreamFaults {
+        empty_finals: cfg.empty_finals,
+        // Each session draws its own utterances, reproducibly.
+        seed: cfg.fault_seed ^ record.session().wrapping_mul(0x9e37_79b9_7f4a_7c15),
+        no_speech_final: cfg.no_speech_final,
+        error_after_ms: cfg.error_then_close_ms,
+        stall_ms: cfg.stall_results_ms,
+        stall_from_ms: cfg.stall_results_from_ms,
+    };
     let core = StreamCore::new(
         params,
         cfg.script,
         request_id.to_string(),
         SystemTime::now(),
-    );
+    )
+    .with_faults(faults);
     let stats = Arc::clone(&app.sim.stats);
     let mut response = ws.read_buffer_size(8 * 1024).on_upgrade(move |socket| {
         socket::run(socket, core, knobs, app.cancel, stats, guard, record)
@@ -468,6 +543,11 @@ async fn put_config(
         idle_timeout_ms = cfg.idle_timeout_ms,
         close_after_ms = ?cfg.close_after_ms,
         fail_upgrade_status = ?cfg.fail_upgrade_status,
+        stall_results = cfg.stall_results,
+        stall_results_ms = ?cfg.stall_results_ms,
+        empty_finals = cfg.empty_finals,
+        no_speech_final = cfg.no_speech_final,
+        error_then_close_ms = ?cfg.error_then_close_ms,
         "stt simulator config replaced"
     );
     app.sim.set_config(cfg.clone());

@@ -35,6 +35,50 @@ const SEGMENT_SILENCE_MS: u32 = 300;
 pub const CLOSE_NORMAL: u16 = 1000;
 /// Close code for a protocol violation (non-JSON text).
 pub const CLOSE_POLICY: u16 = 1008;
+/// Close code for a server-side failure (`NET-0000`, injected errors).
+pub const CLOSE_INTERNAL: u16 = 1011;
+
+/// Deepgram's bad days, in audio time, fixed when the stream opens (see the
+/// matching `SttSimConfig` fields). All off by default.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StreamFaults {
+    /// Fraction (0.0–1.0) of utterances whose final comes back with an
+    /// empty transcript after interims with words. Which utterances is
+    /// decided by `seed` and the utterance index, so a run is reproducible.
+    pub empty_finals: f64,
+    /// Seed of the `empty_finals` choice (the socket mixes in the session).
+    pub seed: u64,
+    /// Never set `speech_final`; only `UtteranceEnd` ends an utterance.
+    pub no_speech_final: bool,
+    /// After this much audio, send an `Error` message and close 1011.
+    pub error_after_ms: Option<u64>,
+    /// Hold every result (and `UtteranceEnd`) from `stall_from_ms` for this
+    /// much audio, then release them in order.
+    pub stall_ms: Option<u64>,
+    /// Audio time at which the `stall_ms` hold begins.
+    pub stall_from_ms: u64,
+}
+
+impl StreamFaults {
+    /// Whether utterance `index`'s final is sent empty.
+    pub fn empties(&self, index: usize) -> bool {
+        if self.empty_finals <= 0.0 {
+            return false;
+        }
+        if self.empty_finals >= 1.0 {
+            return true;
+        }
+        let mut h = Sha256::new();
+        h.update(self.seed.to_le_bytes());
+        h.update((index as u64).to_le_bytes());
+        let d = h.finalize();
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&d[..8]);
+        // 53 bits: an exact f64 in [0, 1).
+        let x = (u64::from_le_bytes(b) >> 11) as f64 / (1u64 << 53) as f64;
+        x < self.empty_finals
+    }
+}
 
 /// Something the core wants sent, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -90,6 +134,11 @@ pub struct StreamCore {
     last_word_end_ms: Option<u64>,
     closed: bool,
     out: VecDeque<Outbound>,
+    faults: StreamFaults,
+    /// Messages held by the `stall_ms` fault, released when it ends.
+    held: VecDeque<Outbound>,
+    /// The `error_after_ms` fault has fired.
+    errored: bool,
 }
 
 impl StreamCore {
@@ -124,6 +173,41 @@ impl StreamCore {
             last_word_end_ms: None,
             closed: false,
             out: VecDeque::new(),
+            faults: StreamFaults::default(),
+            held: VecDeque::new(),
+            errored: false,
+        }
+    }
+
+    /// The same stream with `faults` injected.
+    #[must_use]
+    pub fn with_faults(mut self, faults: StreamFaults) -> Self {
+        self.faults = faults;
+        self
+    }
+
+    /// Injected failure: an `Error` message, then close 1011 `NET-0000`
+    /// (what the `error_after_ms` fault does; the socket also calls it).
+    pub fn fail(&mut self, description: &str) {
+        if self.closed {
+            return;
+        }
+        self.errored = true;
+        self.release_held();
+        self.error("INTERNAL_SERVER_ERROR", description);
+        self.close(CLOSE_INTERNAL, "NET-0000");
+    }
+
+    /// Whether the `stall_ms` fault is holding results at audio time `now`.
+    fn stalled(&self, now: u64) -> bool {
+        self.faults.stall_ms.is_some_and(|len| {
+            now >= self.faults.stall_from_ms && now < self.faults.stall_from_ms + len
+        })
+    }
+
+    fn release_held(&mut self) {
+        while let Some(o) = self.held.pop_front() {
+            self.out.push_back(o);
         }
     }
 
@@ -269,6 +353,16 @@ impl StreamCore {
 
     fn on_window(&mut self) {
         let now = self.vad.audio_ms();
+        if !self.errored
+            && let Some(at) = self.faults.error_after_ms
+            && now >= at
+        {
+            self.fail("injected fault: internal error mid-stream");
+            return;
+        }
+        if !self.held.is_empty() && !self.stalled(now) {
+            self.release_held();
+        }
         if let Some(s) = self.speech.as_mut().filter(|s| !s.finalized)
             && self.params.interim_results
             && now >= s.next_interim_ms
@@ -306,6 +400,8 @@ impl StreamCore {
             // The audio has ended, so this utterance has too.
             self.emit_final(s.start_ms, now, true, false);
         }
+        // The audio is over, so is any stall: held results precede the summary.
+        self.release_held();
         let summary = self.summary();
         self.send(ServerMessage::Metadata(summary));
         self.close(CLOSE_NORMAL, "");
@@ -322,8 +418,18 @@ impl StreamCore {
     }
 
     fn emit_final(&mut self, start_ms: u64, end_ms: u64, speech_final: bool, from_finalize: bool) {
-        let line = crate::script::line(&self.script, self.line_index);
-        let tokens: Vec<&str> = line.split_whitespace().collect();
+        let line = crate::script::line(&self.script, self.line_index).to_owned();
+        let mut tokens: Vec<&str> = line.split_whitespace().collect();
+        if self.faults.empties(self.line_index) {
+            // The words were heard (the last interim has them all), then
+            // the final came back empty.
+            if self.params.interim_results {
+                let heard = self.results(&tokens, start_ms, end_ms, false, false, false);
+                self.send(ServerMessage::Results(heard));
+            }
+            tokens.clear();
+        }
+        let speech_final = speech_final && !self.faults.no_speech_final;
         let results = self.results(&tokens, start_ms, end_ms, true, speech_final, from_finalize);
         self.send(ServerMessage::Results(results));
         self.line_index += 1;
@@ -392,10 +498,20 @@ impl StreamCore {
     }
 
     fn send(&mut self, message: ServerMessage) {
-        self.out.push_back(Outbound::Message(message));
+        let held = matches!(
+            message,
+            ServerMessage::Results(_) | ServerMessage::UtteranceEnd { .. }
+        ) && self.stalled(self.vad.audio_ms());
+        if held {
+            self.held.push_back(Outbound::Message(message));
+        } else {
+            self.out.push_back(Outbound::Message(message));
+        }
     }
 
     fn close(&mut self, code: u16, reason: &'static str) {
+        // Whatever a stall held goes out before the close.
+        self.release_held();
         self.closed = true;
         self.speech = None;
         self.out.push_back(Outbound::Close { code, reason });

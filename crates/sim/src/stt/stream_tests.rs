@@ -396,3 +396,117 @@ fn results_serialize_with_deepgram_keys() {
     assert_eq!(v["metadata"]["request_id"], "req-1");
     assert!(v["metadata"]["model_uuid"].is_string());
 }
+
+fn faulted(faults: StreamFaults) -> StreamCore {
+    core(params()).with_faults(faults)
+}
+
+#[test]
+fn fault_empty_finals_sends_empty_finals_after_worded_interims() {
+    let mut c = faulted(StreamFaults {
+        empty_finals: 1.0,
+        ..StreamFaults::default()
+    });
+    let out = push_frames(&mut c, &g711::encode_ulaw(&two_utterances()), 160);
+    let f = finals(&out);
+    assert_eq!(f.len(), 2);
+    assert!(
+        f.iter().all(|r| r.transcript().is_empty()
+            && r.speech_final
+            && r.channel.alternatives[0].words.is_empty()),
+        "{f:?}"
+    );
+    assert!(
+        results(&out)
+            .iter()
+            .any(|r| !r.is_final && !r.transcript().is_empty())
+    );
+    assert_eq!(c.utterances(), 2, "the script still advances");
+
+    // A fraction is reproducible for a seed and picks some, not all.
+    let pick = |seed| {
+        let f = StreamFaults {
+            empty_finals: 0.5,
+            seed,
+            ..StreamFaults::default()
+        };
+        (0..64).map(|i| f.empties(i)).collect::<Vec<_>>()
+    };
+    assert_eq!(pick(7), pick(7));
+    let n = pick(7).iter().filter(|e| **e).count();
+    assert!((10..54).contains(&n), "{n} of 64");
+    assert!(!StreamFaults::default().empties(0));
+}
+
+#[test]
+fn fault_no_speech_final_leaves_only_utterance_end() {
+    let mut c = faulted(StreamFaults {
+        no_speech_final: true,
+        ..StreamFaults::default()
+    });
+    let out = push_frames(&mut c, &g711::encode_ulaw(&two_utterances()), 160);
+    let f = finals(&out);
+    assert_eq!(f.len(), 2);
+    assert!(
+        f.iter()
+            .all(|r| !r.speech_final && !r.transcript().is_empty())
+    );
+    let ends = count(&out, |m| matches!(m, ServerMessage::UtteranceEnd { .. }));
+    assert_eq!(ends, 2);
+}
+
+#[test]
+fn fault_error_then_close_sends_an_error_then_1011() {
+    let mut c = faulted(StreamFaults {
+        error_after_ms: Some(1_000),
+        ..StreamFaults::default()
+    });
+    let out = push_frames(&mut c, &g711::encode_ulaw(&two_utterances()), 160);
+    let n = out.len();
+    assert!(
+        matches!(&out[n - 2], Outbound::Message(ServerMessage::Error { variant, .. }) if variant == "INTERNAL_SERVER_ERROR"),
+        "{out:?}"
+    );
+    assert_eq!(
+        out[n - 1],
+        Outbound::Close {
+            code: CLOSE_INTERNAL,
+            reason: "NET-0000"
+        }
+    );
+    assert!(c.is_closed());
+    assert_eq!(c.audio_ms(), 1_000, "nothing is fed after the close");
+    assert!(
+        finals(&out).is_empty(),
+        "the first utterance never finished"
+    );
+}
+
+#[test]
+fn fault_stall_holds_results_then_releases_them_in_order() {
+    let audio = g711::encode_ulaw(&two_utterances());
+    let mut plain = core(params());
+    let want: Vec<Outbound> = push_frames(&mut plain, &audio, 160)
+        .into_iter()
+        .filter(|o| !matches!(o, Outbound::Message(ServerMessage::SpeechStarted { .. })))
+        .collect();
+    let mut c = faulted(StreamFaults {
+        stall_ms: Some(2_500),
+        ..StreamFaults::default()
+    });
+    let mut got = Vec::new();
+    let mut released_at = None;
+    for f in audio.chunks(160) {
+        c.push_audio(f);
+        for o in drain(&mut c) {
+            if matches!(o, Outbound::Message(ServerMessage::Results(_))) && released_at.is_none() {
+                released_at = Some(c.audio_ms());
+            }
+            if !matches!(o, Outbound::Message(ServerMessage::SpeechStarted { .. })) {
+                got.push(o);
+            }
+        }
+    }
+    assert_eq!(released_at, Some(2_500), "nothing before the stall ends");
+    assert_eq!(got, want, "same results, same order, only later");
+}

@@ -223,3 +223,25 @@ async fn a_linear16_16khz_stream_is_transcribed_and_recorded_with_its_format() {
     assert_eq!(served, records);
     cancel.cancel();
 }
+
+#[test]
+fn a_refusal_carries_its_error_in_the_dg_error_header() {
+    let sim = SttSim::new(SttSimConfig {
+        fail_upgrade_status: Some(503),
+        fail_upgrade_message: Some("service unavailable".into()),
+        ..SttSimConfig::default()
+    });
+    let refusal = sim
+        .admit(&sim.config(), &HeaderMap::new(), &HashMap::new())
+        .err()
+        .unwrap();
+    let id = Uuid::new_v4();
+    let response = refusal.into_response(id);
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let h = response.headers();
+    assert_eq!(h["dg-request-id"].to_str().unwrap(), id.to_string());
+    let err: serde_json::Value = serde_json::from_str(h["dg-error"].to_str().unwrap()).unwrap();
+    assert_eq!(err["err_code"], "INJECTED_FAULT");
+    assert_eq!(err["err_msg"], "service unavailable");
+    assert_eq!(err["request_id"], id.to_string());
+}

@@ -9,12 +9,14 @@
 //! Tests drive it the same way on a made-up clock.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use media::synth::SpeechSynth;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::audio::{Generation, OutputFormat};
 
@@ -40,6 +42,69 @@ pub const MAX_TALLIED_CONTEXTS: usize = 256;
 
 /// The context a context-less text message addresses.
 const DEFAULT_CONTEXT: &str = "default";
+
+/// How often a generation waiting for a concurrency slot looks again.
+const SLOT_POLL: Duration = Duration::from_millis(10);
+
+/// Ended context ids a socket remembers, so that a keep-alive racing the
+/// context's end is ignored instead of being taken for one addressing a
+/// context that was never initialised.
+const REMEMBERED_ENDED: usize = 16;
+
+/// The JSON `code` of the 429-style concurrency error.
+pub const CODE_TOO_MANY_REQUESTS: u16 = 429;
+
+/// Which alignment objects audio messages carry as `null` (fault
+/// `null_alignment`). Normally both `alignment` and `normalizedAlignment`
+/// are sent (the simulator does not normalise, so they are equal).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NullAlignment {
+    /// Both present.
+    #[default]
+    None,
+    /// `alignment` is null, `normalizedAlignment` present.
+    Alignment,
+    /// `normalizedAlignment` is null, `alignment` present.
+    Normalized,
+    /// Both null.
+    Both,
+}
+
+/// Usage shared by every socket of one simulator (one "account"): the
+/// generations in progress (for `max_concurrent_generations`) and the
+/// characters generated (for `quota_chars`). Plain atomics: no I/O, no clock.
+#[derive(Debug, Default)]
+pub struct Account {
+    generations: AtomicU32,
+    chars: AtomicU64,
+}
+
+impl Account {
+    /// Generations in progress right now, all sockets.
+    pub fn generations(&self) -> u32 {
+        self.generations.load(Ordering::Acquire)
+    }
+
+    fn try_acquire(&self, cap: u32) -> bool {
+        self.generations
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn release(&self) {
+        let _ = self
+            .generations
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+
+    /// Adds `n` generated characters; returns the new total.
+    fn charge(&self, n: u64) -> u64 {
+        self.chars.fetch_add(n, Ordering::AcqRel) + n
+    }
+}
 
 /// Close codes the simulator uses.
 pub mod close_code {
@@ -74,6 +139,52 @@ pub struct CoreParams {
     pub ignore_close_socket: bool,
     /// Seed for the speech synthesiser (distinct sockets sound different).
     pub seed: u64,
+    /// Fault: generations in progress across the [`Account`]; `None` is
+    /// unlimited. A generation over the cap waits `generation_queue`, then
+    /// the socket gets a 429 error message and closes (1008).
+    pub max_concurrent_generations: Option<u32>,
+    /// How long a generation waits for a concurrency slot.
+    pub generation_queue: Duration,
+    /// Fault: characters the [`Account`] may generate; the generation that
+    /// crosses it gets `quota_exceeded` and the socket closes (1008).
+    pub quota_chars: Option<u64>,
+    /// Fault: a closed context that never received text gets no `isFinal`.
+    pub no_final_for_empty_context: bool,
+    /// Fault: which alignment objects are sent as `null`.
+    pub null_alignment: NullAlignment,
+    /// Each context times out on its own after `inactivity_timeout` without
+    /// a message addressed to it: its generation stops and its `isFinal` is
+    /// sent. The socket's own inactivity timeout applies as well.
+    pub context_inactivity: bool,
+    /// Shared usage for the concurrency cap and the quota.
+    pub account: Arc<Account>,
+}
+
+impl CoreParams {
+    /// Defaults for every fault knob (all off, a fresh [`Account`]) with
+    /// ordinary speech settings; tests override what they need.
+    pub fn quiet() -> Self {
+        CoreParams {
+            format: OutputFormat::default(),
+            max_contexts: 5,
+            first_chunk_latency: Duration::from_millis(150),
+            chars_per_second: 15.0,
+            realtime_factor: 4.0,
+            inactivity_timeout: Duration::from_secs(20),
+            stall_audio: false,
+            close_after: None,
+            finish_flushed_on_close: false,
+            ignore_close_socket: false,
+            seed: 0,
+            max_concurrent_generations: None,
+            generation_queue: Duration::from_millis(50),
+            quota_chars: None,
+            no_final_for_empty_context: false,
+            null_alignment: NullAlignment::None,
+            context_inactivity: false,
+            account: Arc::new(Account::default()),
+        }
+    }
 }
 
 /// Audio generated for one context id (all its generations on one socket).
@@ -145,6 +256,14 @@ struct Context {
     next_chunk_at: Option<Instant>,
     /// Closed by the client; the final message goes out when `queue` drains.
     closing: bool,
+    /// Received text to speak (the init space does not count).
+    got_text: bool,
+    /// Last message addressed to this context (per-context inactivity).
+    last_input: Instant,
+    /// Holds one of the account's generation slots.
+    holds_slot: bool,
+    /// Waiting for a generation slot since.
+    waiting_since: Option<Instant>,
 }
 
 /// The per-socket protocol state machine.
@@ -162,6 +281,14 @@ pub struct SocketCore {
     faulted: bool,
     synth: SpeechSynth,
     tally: AudioTally,
+    /// Recently ended context ids (see [`REMEMBERED_ENDED`]).
+    ended: VecDeque<String>,
+}
+
+impl Drop for SocketCore {
+    fn drop(&mut self) {
+        self.release_all_slots();
+    }
 }
 
 impl SocketCore {
@@ -179,6 +306,7 @@ impl SocketCore {
             faulted: false,
             synth,
             tally: AudioTally::default(),
+            ended: VecDeque::new(),
         }
     }
 
@@ -213,7 +341,13 @@ impl SocketCore {
             return None;
         }
         let chunks = self.contexts.iter().filter_map(|c| c.next_chunk_at);
+        let idle = self
+            .contexts
+            .iter()
+            .filter(|_| self.params.context_inactivity)
+            .map(|c| c.last_input + self.params.inactivity_timeout);
         chunks
+            .chain(idle)
             .chain(self.close_at)
             .chain(Some(self.last_input + self.params.inactivity_timeout))
             .min()
@@ -263,10 +397,34 @@ impl SocketCore {
             self.fail("input_timeout_exceeded", &msg);
             return;
         }
+        if self.params.context_inactivity {
+            self.expire_idle_contexts(now);
+        }
         for idx in 0..self.contexts.len() {
             self.emit_due_chunks(idx, now);
+            if self.closed {
+                return;
+            }
         }
         self.reap_finished();
+    }
+
+    /// Per-context inactivity: a context nobody addressed for the timeout
+    /// stops and gets its final.
+    fn expire_idle_contexts(&mut self, now: Instant) {
+        let timeout = self.params.inactivity_timeout;
+        let mut i = 0;
+        while i < self.contexts.len() {
+            if self.contexts[i].last_input + timeout <= now {
+                let mut ctx = self.contexts.remove(i);
+                tracing::debug!(context = %ctx.id, "context inactivity timeout");
+                self.release_slot(&mut ctx);
+                self.send_final(&ctx.id);
+                self.remember_ended(ctx.id);
+            } else {
+                i += 1;
+            }
+        }
     }
 
     fn dispatch(&mut self, now: Instant, msg: ClientMessage) {
@@ -290,6 +448,10 @@ impl SocketCore {
         }
         let (idx, text) = match self.find(&id) {
             Some(idx) => (idx, text),
+            None if text.is_empty() && !flush && self.ended.contains(&id) => {
+                tracing::debug!(context = %id, "keep-alive for an ended context ignored");
+                return;
+            }
             None if text.is_empty() && !flush => {
                 return self.fail(
                     "context_not_initialized",
@@ -297,15 +459,19 @@ impl SocketCore {
                 );
             }
             None => {
-                let Some(idx) = self.create(id) else { return };
+                let Some(idx) = self.create(id, now) else {
+                    return;
+                };
                 // A single space is the init marker, not speech.
                 (idx, if text == " " { String::new() } else { text })
             }
         };
         let ctx = &mut self.contexts[idx];
+        ctx.last_input = now;
         if ctx.closing {
             return; // text for a context that is finishing is ignored
         }
+        ctx.got_text |= !text.trim().is_empty();
         ctx.buffer.push_str(&text);
         if ctx.buffer.len() > MAX_BUFFERED_CHARS && ctx.buffer.chars().count() > MAX_BUFFERED_CHARS
         {
@@ -326,7 +492,7 @@ impl SocketCore {
 
     /// Creates a context. Returns its index, or `None` (and closes the
     /// socket) at the cap.
-    fn create(&mut self, id: String) -> Option<usize> {
+    fn create(&mut self, id: String, now: Instant) -> Option<usize> {
         if self.contexts.len() >= self.params.max_contexts {
             let max = self.params.max_contexts;
             self.fail(
@@ -345,6 +511,10 @@ impl SocketCore {
             queue: VecDeque::new(),
             next_chunk_at: None,
             closing: false,
+            got_text: false,
+            last_input: now,
+            holds_slot: false,
+            waiting_since: None,
         });
         Some(self.contexts.len() - 1)
     }
@@ -357,6 +527,20 @@ impl SocketCore {
         let Some(generation) = Generation::new(text, self.params.chars_per_second) else {
             return;
         };
+        if let Some(quota) = self.params.quota_chars {
+            let n = text.chars().count() as u64;
+            let used = self.params.account.charge(n);
+            if used > quota {
+                let left = quota.saturating_sub(used - n);
+                return self.fail(
+                    "quota_exceeded",
+                    &format!(
+                        "This request exceeds your quota of {quota}. You have {left} credits \
+                         remaining, while {n} credits are required for this request."
+                    ),
+                );
+            }
+        }
         let ctx = &mut self.contexts[idx];
         ctx.queue.push_back(generation);
         if ctx.next_chunk_at.is_none() {
@@ -366,6 +550,9 @@ impl SocketCore {
 
     fn emit_due_chunks(&mut self, idx: usize, now: Instant) {
         while let Some(due) = self.contexts[idx].next_chunk_at.filter(|t| *t <= now) {
+            if !self.acquire_slot(idx, now) {
+                return;
+            }
             let ctx = &mut self.contexts[idx];
             let Some(generation) = ctx.queue.front_mut() else {
                 ctx.next_chunk_at = None;
@@ -383,15 +570,83 @@ impl SocketCore {
                 ms as f64 / 1_000.0 / self.params.realtime_factor.max(0.01),
             );
             ctx.next_chunk_at = (!ctx.queue.is_empty()).then_some(due + wall);
+            let alignment = serde_json::to_value(alignment).unwrap_or(Value::Null);
+            let (plain, normalized) = match self.params.null_alignment {
+                NullAlignment::None => (alignment.clone(), alignment),
+                NullAlignment::Alignment => (Value::Null, alignment),
+                NullAlignment::Normalized => (alignment, Value::Null),
+                NullAlignment::Both => (Value::Null, Value::Null),
+            };
             let msg = json!({
                 "audio": base64::engine::general_purpose::STANDARD.encode(&bytes),
                 "contextId": ctx.id,
                 "isFinal": null,
-                "alignment": alignment,
-                "normalizedAlignment": null,
+                "alignment": plain,
+                "normalizedAlignment": normalized,
             });
             self.out.push_back(Outbound::Text(msg.to_string()));
+            // The generation is over: its concurrency slot is free again.
+            if self.contexts[idx].queue.is_empty()
+                && std::mem::take(&mut self.contexts[idx].holds_slot)
+            {
+                self.params.account.release();
+            }
         }
+    }
+
+    /// Makes sure context `idx` holds a generation slot before its next
+    /// chunk. False when it must wait (its next chunk is rescheduled) or
+    /// the wait ran out (the socket is failed with the 429 error).
+    fn acquire_slot(&mut self, idx: usize, now: Instant) -> bool {
+        let Some(cap) = self.params.max_concurrent_generations else {
+            return true;
+        };
+        let queue = self.params.generation_queue;
+        let ctx = &mut self.contexts[idx];
+        if ctx.holds_slot || ctx.queue.is_empty() {
+            return true;
+        }
+        if self.params.account.try_acquire(cap) {
+            ctx.holds_slot = true;
+            ctx.waiting_since = None;
+            return true;
+        }
+        let since = *ctx.waiting_since.get_or_insert(now);
+        if since + queue <= now {
+            self.fail_with(
+                "too_many_concurrent_requests",
+                &format!(
+                    "Too many concurrent requests: this generation would exceed the \
+                     concurrency limit of {cap}. Please try again later."
+                ),
+                CODE_TOO_MANY_REQUESTS,
+            );
+            return false;
+        }
+        ctx.next_chunk_at = Some((now + SLOT_POLL).min(since + queue));
+        false
+    }
+
+    fn release_slot(&self, ctx: &mut Context) {
+        if std::mem::take(&mut ctx.holds_slot) {
+            self.params.account.release();
+        }
+        ctx.waiting_since = None;
+    }
+
+    fn release_all_slots(&mut self) {
+        for ctx in &mut self.contexts {
+            if std::mem::take(&mut ctx.holds_slot) {
+                self.params.account.release();
+            }
+        }
+    }
+
+    fn remember_ended(&mut self, id: String) {
+        if self.ended.len() >= REMEMBERED_ENDED {
+            self.ended.pop_front();
+        }
+        self.ended.push_back(id);
     }
 
     /// Sends the final message for closing contexts whose audio is all out,
@@ -400,8 +655,14 @@ impl SocketCore {
         let mut i = 0;
         while i < self.contexts.len() {
             if self.contexts[i].closing && self.contexts[i].queue.is_empty() {
-                let ctx = self.contexts.remove(i);
-                self.send_final(&ctx.id);
+                let mut ctx = self.contexts.remove(i);
+                self.release_slot(&mut ctx);
+                if self.params.no_final_for_empty_context && !ctx.got_text {
+                    tracing::debug!(context = %ctx.id, "final withheld (fault)");
+                } else {
+                    self.send_final(&ctx.id);
+                }
+                self.remember_ended(ctx.id);
             } else {
                 i += 1;
             }
@@ -422,6 +683,10 @@ impl SocketCore {
             // Barge-in semantics: nothing more of this context is generated.
             ctx.queue.clear();
             ctx.next_chunk_at = None;
+            if std::mem::take(&mut ctx.holds_slot) {
+                self.params.account.release();
+            }
+            ctx.waiting_since = None;
         }
         ctx.closing = true;
         self.reap_finished();
@@ -448,8 +713,14 @@ impl SocketCore {
 
     /// An error message followed by a 1008 close.
     fn fail(&mut self, error: &str, message: &str) {
+        self.fail_with(error, message, close_code::POLICY);
+    }
+
+    /// An error message whose JSON `code` is `code`, followed by a 1008
+    /// close whose reason is `error`.
+    fn fail_with(&mut self, error: &str, message: &str, code: u16) {
         tracing::info!(error, message, "closing socket on a policy violation");
-        let msg = json!({ "message": message, "error": error, "code": close_code::POLICY });
+        let msg = json!({ "message": message, "error": error, "code": code });
         self.out.push_back(Outbound::Text(msg.to_string()));
         self.close(close_code::POLICY, error);
     }
@@ -459,6 +730,7 @@ impl SocketCore {
             code,
             reason: reason.to_owned(),
         });
+        self.release_all_slots();
         self.contexts.clear();
         self.closed = true;
     }

@@ -26,7 +26,9 @@ impl CallCore {
                 return self.provider_closed(Provider::Stt, now);
             }
             SttEvent::Transcript(t) => {
-                if t.is_final {
+                // An empty final does not answer the caller's speech: the
+                // STT clock stays armed until words (or an utterance) arrive.
+                if t.is_final && !t.text.trim().is_empty() {
                     self.watchdog.transcript_final(now);
                 }
                 if !t.text.trim().is_empty() {
@@ -42,6 +44,7 @@ impl CallCore {
             _ => {}
         }
         if let Some(utt) = self.assembler.push(&ev) {
+            self.watchdog.transcript_final(now);
             self.on_utterance(&utt.text, now);
         }
     }
@@ -213,6 +216,17 @@ impl CallCore {
     }
 
     fn speak(&mut self, text: &str) {
+        /// True when `text` has a `.`, `?` or `!` followed by whitespace
+        /// or by the end of the delta.
+        fn ends_sentence(text: &str) -> bool {
+            let mut chars = text.chars().peekable();
+            while let Some(c) = chars.next() {
+                if matches!(c, '.' | '?' | '!') && chars.peek().is_none_or(|n| n.is_whitespace()) {
+                    return true;
+                }
+            }
+            false
+        }
         let Turn::Replying(b) = &mut self.turn else {
             return;
         };
@@ -220,10 +234,17 @@ impl CallCore {
         let ctx = b.ctx;
         if self.links.tts {
             self.push(Command::TtsText(ctx, text.to_string()));
+            // A sentence end (`.`, `?`, `!` then whitespace or the end of
+            // the delta) is flushed at once, so a short reply does not wait
+            // for the provider's chunk schedule.
+            if ends_sentence(text) {
+                self.flush_speech();
+            }
         }
     }
 
-    /// Makes TTS generate what it has buffered (e.g. "let me check" before a tool).
+    /// Makes TTS generate what it has buffered (e.g. "let me check" before
+    /// a tool, or a finished sentence).
     fn flush_speech(&mut self) {
         if let (Turn::Replying(b), true) = (&self.turn, self.links.tts) {
             let ctx = b.ctx;

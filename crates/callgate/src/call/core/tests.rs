@@ -516,3 +516,55 @@ fn media_that_stops_ends_the_call_without_a_prompt() {
     assert_eq!(plays(&step), 0);
     assert_eq!(s.end().reason, EndReason::MediaStalled);
 }
+
+#[test]
+fn an_empty_final_after_interim_words_still_yields_a_dialog_turn_with_them() {
+    let mut s = after_greeting();
+    s.step(stt("a table for", false));
+    s.step(stt("a table for two", false));
+    let step = s.step(stt("", true));
+    assert!(
+        step.iter()
+            .any(|c| matches!(c, Command::DialogTurn(_, t) if t == "a table for two")),
+        "{step:?}"
+    );
+}
+
+#[test]
+fn a_text_delta_that_ends_a_sentence_is_flushed_at_once() {
+    let mut s = after_greeting();
+    s.utterance("a table for two");
+    // The reply to turn 1 speaks in context 2.
+    let step = s.step(dialog_text(1, "Sure, one moment"));
+    assert!(
+        step.iter()
+            .any(|c| matches!(c, Command::TtsText(ContextId(2), _))),
+        "{step:?}"
+    );
+    assert!(
+        !step.contains(&Command::TtsFlush(ContextId(2))),
+        "mid-sentence text waits for more: {step:?}"
+    );
+    for (delta, flushed) in [
+        (". Let me look", true),
+        (" that up!", true),
+        (" Version 2.5 is", false),
+        (" fine? ", true),
+    ] {
+        let step = s.step(dialog_text(1, delta));
+        let text = position(
+            &step,
+            |c| matches!(c, Command::TtsText(ContextId(2), t) if t == delta),
+        );
+        let flush = position(&step, |c| *c == Command::TtsFlush(ContextId(2)));
+        assert!(text.is_some(), "{delta:?}: {step:?}");
+        if flushed {
+            assert!(
+                flush > text,
+                "{delta:?}: a TtsFlush follows the TtsText: {step:?}"
+            );
+        } else {
+            assert_eq!(flush, None, "{delta:?}: {step:?}");
+        }
+    }
+}

@@ -23,13 +23,17 @@
 //! exactly while the socket is open, and inactivity always ends a session
 //! (even one that ignores `close_socket`).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::Value;
 
-use super::{CoreParams, Outbound, OutputFormat, SocketCore, close_code};
+use super::{
+    Account, CODE_TOO_MANY_REQUESTS, CoreParams, NullAlignment, Outbound, OutputFormat, SocketCore,
+    close_code,
+};
 
 /// Every invariant on one input: two knob bytes, then one client frame per
 /// line, each line's first byte a gap (in 20 ms steps) on a virtual clock;
@@ -71,6 +75,20 @@ pub fn params(a: u8, b: u8) -> CoreParams {
         finish_flushed_on_close: a & 0x80 != 0,
         ignore_close_socket: b & 0x80 != 0,
         seed: u64::from(a) << 8 | u64::from(b),
+        // The fault knobs reuse bits: each combination still has to keep
+        // every invariant.
+        max_concurrent_generations: (a & 0x30 == 0x30).then_some(u32::from(b >> 6)),
+        generation_queue: Duration::from_millis(u64::from(b & 0x3c)),
+        quota_chars: (b & 0x0c == 0x0c).then_some(u64::from(a)),
+        no_final_for_empty_context: a & 0x04 != 0,
+        null_alignment: [
+            NullAlignment::None,
+            NullAlignment::Alignment,
+            NullAlignment::Normalized,
+            NullAlignment::Both,
+        ][usize::from(b >> 4 & 3)],
+        context_inactivity: a & 0x08 != 0,
+        account: Arc::new(Account::default()),
     }
 }
 
@@ -176,7 +194,14 @@ impl Session {
 /// One text frame: a policy error, a final, or well-formed audio.
 fn check_frame(v: &Value, p: &CoreParams, seen: &mut Seen) {
     if let Some(error) = v["error"].as_str() {
-        assert_eq!(v["code"], close_code::POLICY);
+        // A policy error, or the 429 of the concurrency cap; both close 1008.
+        let code = v["code"].as_u64();
+        assert!(
+            code == Some(close_code::POLICY.into())
+                || (code == Some(CODE_TOO_MANY_REQUESTS.into())
+                    && error == "too_many_concurrent_requests"),
+            "{v}"
+        );
         seen.pending_error = Some(error.to_owned());
     } else if v["isFinal"] == true {
         assert!(v["contextId"].is_string(), "{v}");
@@ -193,10 +218,22 @@ fn check_frame(v: &Value, p: &CoreParams, seen: &mut Seen) {
             1
         };
         assert!(!audio.is_empty() && audio.len().is_multiple_of(width));
-        let a = &v["alignment"];
-        let n = a["chars"].as_array().expect("chars").len();
-        assert_eq!(a["charStartTimesMs"].as_array().map(Vec::len), Some(n));
-        assert_eq!(a["charDurationsMs"].as_array().map(Vec::len), Some(n));
+        let nulls = p.null_alignment;
+        let expect_plain = matches!(nulls, NullAlignment::None | NullAlignment::Normalized);
+        let expect_norm = matches!(nulls, NullAlignment::None | NullAlignment::Alignment);
+        for (key, expected) in [
+            ("alignment", expect_plain),
+            ("normalizedAlignment", expect_norm),
+        ] {
+            let a = &v[key];
+            if !expected {
+                assert!(a.is_null(), "{key} must be null under {nulls:?}: {v}");
+                continue;
+            }
+            let n = a["chars"].as_array().expect("chars").len();
+            assert_eq!(a["charStartTimesMs"].as_array().map(Vec::len), Some(n));
+            assert_eq!(a["charDurationsMs"].as_array().map(Vec::len), Some(n));
+        }
     }
 }
 
@@ -265,6 +302,18 @@ mod smoke {
             finish_flushed_on_close: rng.one_in(2),
             ignore_close_socket: rng.one_in(8),
             seed: rng.next_u64(),
+            max_concurrent_generations: rng.one_in(4).then(|| rng.below(3) as u32),
+            generation_queue: Duration::from_millis(rng.below(200) as u64),
+            quota_chars: rng.one_in(6).then(|| rng.below(300) as u64),
+            no_final_for_empty_context: rng.one_in(3),
+            null_alignment: *rng.pick(&[
+                NullAlignment::None,
+                NullAlignment::Alignment,
+                NullAlignment::Normalized,
+                NullAlignment::Both,
+            ]),
+            context_inactivity: rng.one_in(3),
+            account: Arc::new(Account::default()),
         }
     }
 

@@ -16,6 +16,13 @@ fn params() -> CoreParams {
         finish_flushed_on_close: false,
         ignore_close_socket: false,
         seed: 7,
+        max_concurrent_generations: None,
+        generation_queue: Duration::from_millis(50),
+        quota_chars: None,
+        no_final_for_empty_context: false,
+        null_alignment: NullAlignment::None,
+        context_inactivity: false,
+        account: Arc::new(Account::default()),
     }
 }
 
@@ -470,4 +477,214 @@ fn the_audio_tally_is_bounded_in_context_ids() {
     assert_eq!(tally.contexts.len(), MAX_TALLIED_CONTEXTS);
     let per = tally.contexts["c0"].audio_ms;
     assert_eq!(tally.total.audio_ms, per * n as u64);
+}
+
+// ---- the provider's bad days (named faults) ------------------------------
+
+fn errors(out: &[Out]) -> Vec<Value> {
+    out.iter()
+        .filter_map(|o| match o {
+            Out::Json(_, v) if v["error"].is_string() => Some(v.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn over_the_generation_cap_a_generation_waits_the_queue_then_gets_a_429_and_1008() {
+    let account = Arc::new(Account::default());
+    let p = CoreParams {
+        max_concurrent_generations: Some(1),
+        generation_queue: Duration::from_millis(50),
+        account: Arc::clone(&account),
+        ..params()
+    };
+    let mut a = Harness::new(p.clone());
+    let mut b = Harness::new(p);
+    a.send(&json!({ "text": TEXT, "context_id": "a", "flush": true }).to_string());
+    let first = a.run_to(200);
+    assert!(
+        audio_bytes(&first, "a") > 0,
+        "the first generation has the slot"
+    );
+    assert_eq!(account.generations(), 1);
+    // The second socket's generation is due at 150 ms, waits 50 ms, fails.
+    b.send(&json!({ "text": "Hello there. ", "context_id": "b", "flush": true }).to_string());
+    assert!(b.run_to(199).is_empty(), "queued: no audio, no error yet");
+    let out = b.run_to(400);
+    let errs = errors(&out);
+    assert_eq!(errs.len(), 1, "{out:?}");
+    assert_eq!(errs[0]["error"], "too_many_concurrent_requests");
+    assert_eq!(errs[0]["code"], 429);
+    assert!(matches!(out.last(), Some(Out::Close(t, 1008, r))
+        if r == "too_many_concurrent_requests" && b.ms(*t) == 200));
+    // The slot frees when the first generation ends: a new one gets it.
+    let rest = a.run_to(10_000);
+    assert!(audio_bytes(&rest, "a") > 0);
+    assert_eq!(
+        account.generations(),
+        0,
+        "the finished generation gave its slot back"
+    );
+    let mut c = Harness::new(CoreParams {
+        max_concurrent_generations: Some(1),
+        account: Arc::clone(&account),
+        ..params()
+    });
+    c.send(&json!({ "text": "Hi. ", "context_id": "c", "flush": true }).to_string());
+    assert!(audio_bytes(&c.run_to(2_000), "c") > 0);
+}
+
+#[test]
+fn a_generation_that_gets_a_slot_within_the_queue_time_is_only_delayed() {
+    let account = Arc::new(Account::default());
+    let p = CoreParams {
+        max_concurrent_generations: Some(1),
+        generation_queue: Duration::from_millis(5_000),
+        account: Arc::clone(&account),
+        ..params()
+    };
+    let mut a = Harness::new(p.clone());
+    let mut b = Harness::new(p);
+    a.send(&json!({ "text": "Short. ", "context_id": "a", "flush": true }).to_string());
+    b.send(&json!({ "text": "Short too. ", "context_id": "b", "flush": true }).to_string());
+    a.run_to(150);
+    assert!(b.run_to(150).is_empty(), "b waits for a's slot");
+    assert!(audio_bytes(&a.run_to(3_000), "a") > 0);
+    let out = b.run_to(3_000);
+    assert!(errors(&out).is_empty(), "{out:?}");
+    assert!(audio_bytes(&out, "b") > 0);
+    drop(b);
+    assert_eq!(account.generations(), 0);
+}
+
+#[test]
+fn a_dropped_core_gives_its_generation_slots_back() {
+    let account = Arc::new(Account::default());
+    let mut a = Harness::new(CoreParams {
+        max_concurrent_generations: Some(1),
+        account: Arc::clone(&account),
+        ..params()
+    });
+    a.send(&json!({ "text": TEXT, "context_id": "a", "flush": true }).to_string());
+    a.run_to(300);
+    assert_eq!(account.generations(), 1);
+    drop(a);
+    assert_eq!(account.generations(), 0);
+}
+
+#[test]
+fn over_the_quota_the_socket_gets_quota_exceeded_then_1008() {
+    let mut h = Harness::new(CoreParams {
+        quota_chars: Some(10),
+        ..params()
+    });
+    let ok = h.send(&json!({ "text": "Hi there. ", "context_id": "a", "flush": true }).to_string());
+    assert!(ok.is_empty(), "10 chars fit the quota");
+    let out =
+        h.send(&json!({ "text": "And more. ", "context_id": "a", "flush": true }).to_string());
+    let errs = errors(&out);
+    assert_eq!(errs.len(), 1);
+    assert_eq!(errs[0]["error"], "quota_exceeded");
+    assert_eq!(errs[0]["code"], 1008);
+    assert!(
+        errs[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("exceeds your quota")
+    );
+    assert!(matches!(out.last(), Some(Out::Close(_, 1008, r)) if r == "quota_exceeded"));
+    assert!(h.core.is_closed());
+}
+
+#[test]
+fn no_final_for_an_empty_context_withholds_only_that_final() {
+    let mut h = Harness::new(CoreParams {
+        no_final_for_empty_context: true,
+        ..params()
+    });
+    h.send(r#"{"text":" ","context_id":"empty"}"#);
+    let out = h.send(r#"{"context_id":"empty","close_context":true}"#);
+    assert!(
+        out.is_empty(),
+        "no isFinal for a context that got no text: {out:?}"
+    );
+    assert_eq!(
+        h.core.open_contexts(),
+        0,
+        "it no longer counts against the cap"
+    );
+    // A keep-alive naming it afterwards is not a protocol error.
+    assert!(h.send(r#"{"text":"","context_id":"empty"}"#).is_empty());
+    h.send(&json!({ "text": "Hi. ", "context_id": "spoken", "flush": true }).to_string());
+    h.run_to(2_000);
+    let out = h.send(r#"{"context_id":"spoken","close_context":true}"#);
+    assert!(out.iter().any(|o| is_final(o, "spoken")), "{out:?}");
+    assert!(!h.core.is_closed());
+}
+
+#[test]
+fn null_alignment_nulls_the_chosen_objects_and_only_those() {
+    for (mode, plain, norm) in [
+        (NullAlignment::None, true, true),
+        (NullAlignment::Alignment, false, true),
+        (NullAlignment::Normalized, true, false),
+        (NullAlignment::Both, false, false),
+    ] {
+        let mut h = Harness::new(CoreParams {
+            null_alignment: mode,
+            ..params()
+        });
+        h.send(&json!({ "text": "Hello. ", "context_id": "a", "flush": true }).to_string());
+        let out = h.run_to(3_000);
+        assert!(audio_bytes(&out, "a") > 0);
+        for o in &out {
+            let Out::Json(_, v) = o else { continue };
+            assert_eq!(v["alignment"]["chars"].is_array(), plain, "{mode:?}: {v}");
+            assert_eq!(
+                v["normalizedAlignment"]["chars"].is_array(),
+                norm,
+                "{mode:?}: {v}"
+            );
+        }
+    }
+}
+
+#[test]
+fn per_context_inactivity_ends_the_idle_context_and_keepalives_name_the_live_one() {
+    let mut h = Harness::new(CoreParams {
+        context_inactivity: true,
+        ..params()
+    });
+    h.send(r#"{"text":" ","context_id":"idle"}"#);
+    h.send(r#"{"text":" ","context_id":"live"}"#);
+    // Only "live" is kept alive (a context keep-alive), every 10 s.
+    let mut out = Vec::new();
+    for t in [10_000, 20_000, 30_000] {
+        out.extend(h.run_to(t - 1));
+        h.now = h.t0 + Duration::from_millis(t - 1);
+        out.extend(h.send(r#"{"text":"","context_id":"live"}"#));
+    }
+    let finals: Vec<_> = out
+        .iter()
+        .filter_map(|o| match o {
+            Out::Json(t, v) if v["isFinal"] == true => {
+                Some((h.ms(*t), v["contextId"].as_str().unwrap().to_owned()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(finals, vec![(20_000, "idle".to_owned())]);
+    assert_eq!(h.core.open_contexts(), 1);
+    assert!(
+        !h.core.is_closed(),
+        "context keep-alives keep the socket too"
+    );
+    // Without the fault only the socket times out.
+    let mut h = Harness::new(params());
+    h.send(r#"{"text":" ","context_id":"idle"}"#);
+    h.run_to(19_000);
+    h.send(r#"{"text":""}"#);
+    assert!(h.run_to(30_000).is_empty());
+    assert_eq!(h.core.open_contexts(), 1);
 }
