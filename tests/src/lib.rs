@@ -1,6 +1,7 @@
 //! Test harness for callgate's end-to-end tests: a throwaway Postgres, the
-//! three provider simulators and the real server, all on loopback, plus a
-//! direct database connection for assertions.
+//! three provider simulators and the real server, all on loopback (wired by
+//! `callgate_rig::InProcess`), plus a direct database connection for
+//! assertions.
 //!
 //! Nothing here is mocked: the server talks to the simulators over real
 //! WebSockets and gRPC and to a real Postgres cluster started from the
@@ -12,8 +13,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use callgate::config::Config;
 use callgate::server::Running;
+use callgate_rig::{Database, InProcess, InProcessOptions};
 use callgate_sim::{SimConfig, Simulators};
-use state_store::local::{LocalOptions, LocalPostgres};
+use state_store::LocalOptions;
 use tokio_postgres::NoTls;
 
 /// Everything a test needs.
@@ -22,7 +24,8 @@ pub struct Harness {
     pub sims: Simulators,
     pub db: tokio_postgres::Client,
     pub instance: String,
-    pg: LocalPostgres,
+    /// Always a throwaway cluster.
+    database: Database,
 }
 
 /// One `call_ledger` row, as the tests read it.
@@ -59,20 +62,23 @@ impl Harness {
         file: Option<&std::path::Path>,
     ) -> Harness {
         init_logs();
-        let pg = LocalPostgres::start(LocalOptions::default()).expect("start a throwaway Postgres");
-        let sims = Simulators::start_local(sim)
+        let database = Database::local(LocalOptions::default())
             .await
-            .expect("start the simulators");
-        let instance = format!("test-{}", uuid::Uuid::new_v4().simple());
-        let mut cfg = callgate::demo::config_for(&sims, &pg.conninfo(), &instance);
-        tweak(&mut cfg);
-        if let Some(path) = file {
-            write_config(path, &cfg);
-        }
-        let server = callgate::server::start(cfg, file.map(std::path::Path::to_path_buf))
+            .expect("start a throwaway Postgres");
+        let opts = InProcessOptions {
+            instance: format!("test-{}", uuid::Uuid::new_v4().simple()),
+            sim,
+            config_file: file.map(std::path::Path::to_path_buf),
+        };
+        let InProcess {
+            server,
+            sims,
+            database,
+            instance,
+        } = InProcess::start(database, opts, tweak)
             .await
-            .expect("start the server");
-        let (db, conn) = tokio_postgres::connect(&pg.conninfo(), NoTls)
+            .expect("start the simulators and the server");
+        let (db, conn) = tokio_postgres::connect(database.conninfo(), NoTls)
             .await
             .expect("connect to Postgres");
         tokio::spawn(conn);
@@ -81,7 +87,7 @@ impl Harness {
             sims,
             db,
             instance,
-            pg,
+            database,
         }
     }
 
@@ -93,6 +99,18 @@ impl Harness {
     /// The partner-stream URL.
     pub fn partner_url(&self) -> String {
         format!("ws://{}/v1/partner/stream", self.server.addr)
+    }
+
+    /// The server's `/metrics` text.
+    pub async fn metrics_text(&self) -> String {
+        callgate::ensure_tls_provider();
+        let url = format!("http://{}/metrics", self.server.addr);
+        reqwest::get(url)
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("read /metrics")
     }
 
     /// The ingress and partner recorded in the ledger for `call_sid`.
@@ -124,12 +142,16 @@ impl Harness {
 
     /// The conninfo of the throwaway cluster.
     pub fn conninfo(&self) -> String {
-        self.pg.conninfo()
+        self.database.conninfo().to_string()
     }
 
     /// The postmaster's pid (to pause the database in stall tests).
     pub fn postgres_pid(&self) -> u32 {
-        self.pg.pid().expect("postmaster pid")
+        self.database
+            .local_postgres()
+            .expect("a throwaway cluster")
+            .pid()
+            .expect("postmaster pid")
     }
 
     /// The ledger row of the call Twilio knows as `call_sid`, if any.
@@ -251,10 +273,24 @@ impl Harness {
 
     /// Stops the server (draining), the simulators and Postgres.
     pub async fn stop(self) {
-        let left = self.server.shutdown(Duration::from_secs(10)).await;
-        assert_eq!(left, 0, "calls left running at shutdown");
-        self.sims.shutdown().await.expect("stop the simulators");
-        drop(self.pg);
+        let Harness {
+            server,
+            sims,
+            database,
+            instance,
+            ..
+        } = self;
+        let rig = InProcess {
+            server,
+            sims,
+            database,
+            instance,
+        };
+        let left = rig
+            .stop(Duration::from_secs(10))
+            .await
+            .expect("stop the simulators");
+        assert_eq!(left.calls, 0, "calls left running at shutdown");
     }
 }
 
@@ -360,8 +396,7 @@ pub async fn eventually<T: std::fmt::Debug>(
 
 /// Writes a configuration as TOML (what an operator would edit).
 pub fn write_config(path: &std::path::Path, cfg: &Config) {
-    let text = toml::to_string(cfg).expect("serialize the configuration");
-    std::fs::write(path, text).expect("write the configuration file");
+    callgate_rig::write_config(path, cfg).expect("write the configuration file");
 }
 
 fn init_logs() {

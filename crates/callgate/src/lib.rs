@@ -1,17 +1,19 @@
 //! `callgate` — the voice AI call server.
 //!
-//! What it is: the server binary's library. A carrier (a Twilio media-stream
-//! WebSocket) delivers a call to [`ingress`]; the admission gate admits it or
-//! sends it to the [`overflow`] path; an admitted call opens its four
+//! What it is: the server as a library (the `callgate` binary, package
+//! `callgate-cli`, runs it as `callgate serve`). A carrier (a Twilio
+//! media-stream WebSocket) delivers a call to [`ingress`]; the admission
+//! gate admits it or sends it to the [`overflow`] path; an admitted call opens its four
 //! connections in parallel, each with a deadline ([`call::setup`]), and runs
 //! as one [`call::CallActor`] that never awaits the database or a provider.
 //! Every call — served, refused or failed — leaves a receipt in Postgres.
 //!
 //! What it never does: business logic that belongs in a library crate
 //! (admission decisions live in `admission`, SQL in `state-store`, provider
-//! protocols in `stt-client`/`tts-client`/`dialog-grpc`), and it never
-//! depends on the simulators at run time — `callgate sim` and `callgate demo`
-//! merely start them next to the server.
+//! protocols in `stt-client`/`tts-client`/`dialog-grpc`), install a global
+//! logger (the binary does), or depend on the simulators or the load
+//! generator — `callgate sim`, `callgate demo` and `callgate bench` live in
+//! the binary and start them next to the server through `callgate-rig`.
 //!
 //! How to drive it:
 //!
@@ -25,10 +27,8 @@
 //! ```
 
 pub mod app;
-pub mod bench;
 pub mod call;
 pub mod config;
-pub mod demo;
 pub mod drain;
 pub mod end;
 pub mod hold;
@@ -47,18 +47,4 @@ pub mod twilio;
 /// `wss://`, tools and webhooks over `https://` — needs one.
 pub fn ensure_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// Installs the tracing subscriber (text or JSON) once.
-pub fn init_logging(format: &str, filter: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(filter));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if format == "json" {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
 }

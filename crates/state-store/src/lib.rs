@@ -82,7 +82,10 @@ pub use conn::PoolStatus;
 pub use error::{ErrorSource, StoreError, WriteRejected};
 pub use ids::{CallId, CleanupStatus, OwnerEpoch, Speaker, Stage};
 pub use local::{LocalOptions, LocalPostgres};
-pub use rows::{CallStateRow, EventRow, LedgerRow, NewCall, Rejection, SlotRow, TurnRow};
+pub use rows::{
+    CallOutcome, CallStateRow, EventRow, LedgerRow, NewCall, OutcomeTable, Rejection, SlotRow,
+    TurnRow,
+};
 pub use store::Store;
 pub use write::{Write, WriteOutcome};
 pub use writebehind::{DrainReport, WriteBehind, WriteBehindConfig, WriteStats, WriterTasks};

@@ -135,6 +135,43 @@ pub struct CallStateRow {
     pub escalated_at: Option<SystemTime>,
 }
 
+/// Where a [`CallOutcome`] was recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutcomeTable {
+    /// `call_ledger`: the call was admitted (it may still have failed setup).
+    Ledger,
+    /// `admission_rejections`: the call was refused.
+    Rejections,
+}
+
+/// How one call ended as its instance recorded it: its ledger receipt or
+/// its refusal row, reduced to what a run report compares with its callers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallOutcome {
+    /// The table the row came from.
+    pub table: OutcomeTable,
+    /// The carrier's own id (Twilio CallSid), when there is one.
+    pub carrier_call_id: Option<String>,
+    /// Ledger: `end_reason` (none while the call is open); rejection: `reason`.
+    pub reason: Option<String>,
+    /// Ledger: time in the admission queue; rejection: time waited before
+    /// the refusal (millisecond precision).
+    pub wait: Duration,
+}
+
+impl CallOutcome {
+    pub(crate) fn from_row(table: OutcomeTable, row: &Row) -> Result<Self, StoreError> {
+        let op = "outcomes_between";
+        let wait: i64 = col(row, 2, op)?;
+        Ok(CallOutcome {
+            table,
+            carrier_call_id: col(row, 0, op)?,
+            reason: col(row, 1, op)?,
+            wait: Duration::from_millis(u64::try_from(wait).unwrap_or(0)),
+        })
+    }
+}
+
 /// Reads column `idx`, mapping a type mismatch to a non-retryable error.
 pub(crate) fn col<'a, T: FromSql<'a>>(
     row: &'a Row,

@@ -12,8 +12,8 @@ use crate::error::StoreError;
 use crate::ids::{CallId, OwnerEpoch};
 use crate::migrate;
 use crate::rows::{
-    CallStateRow, EventRow, LEDGER_COLUMNS, LedgerRow, NewCall, Rejection, SlotRow, TurnRow, col,
-    millis,
+    CallOutcome, CallStateRow, EventRow, LEDGER_COLUMNS, LedgerRow, NewCall, OutcomeTable,
+    Rejection, SlotRow, TurnRow, col, millis,
 };
 use crate::write::{self, Write, WriteOutcome};
 
@@ -356,5 +356,36 @@ impl Store {
             .query_one("rejections_since", sql, &[&instance, &since])
             .await?;
         col(&row, 0, "rejections_since")
+    }
+
+    /// How every call of `instance` admitted or refused within `[from, to]`
+    /// ended: its ledger receipts (by `admitted_at`), then its refusals (by
+    /// `at`). One connection, two statements.
+    ///
+    /// # Errors
+    /// Provider errors.
+    pub async fn outcomes_between(
+        &self,
+        instance: &str,
+        from: SystemTime,
+        to: SystemTime,
+    ) -> Result<Vec<CallOutcome>, StoreError> {
+        let op = "outcomes_between";
+        let ledger = "SELECT carrier_call_id, end_reason, admission_wait_ms FROM call_ledger \
+                      WHERE owner_instance = $1 AND admitted_at BETWEEN $2 AND $3";
+        let refused = "SELECT carrier_call_id, reason, waited_ms FROM admission_rejections \
+                       WHERE instance = $1 AND at BETWEEN $2 AND $3";
+        let mut conn = self.inner.pool.checkout().await?;
+        let mut out = Vec::new();
+        for (table, sql) in [
+            (OutcomeTable::Ledger, ledger),
+            (OutcomeTable::Rejections, refused),
+        ] {
+            let rows = conn.query(op, sql, &[&instance, &from, &to]).await?;
+            for row in &rows {
+                out.push(CallOutcome::from_row(table, row)?);
+            }
+        }
+        Ok(out)
     }
 }

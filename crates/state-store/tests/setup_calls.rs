@@ -111,3 +111,59 @@ async fn the_partner_is_recorded_on_the_ledger_and_on_rejections() {
         "{def}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcomes_are_read_by_instance_and_time_window() {
+    let env = common::env().await;
+    let now = SystemTime::now();
+    let (from, to) = (now - Duration::from_secs(60), now + Duration::from_secs(60));
+    let admitted = common::new_call(now);
+    env.store.open_call(admitted.clone()).await.unwrap();
+    let before = common::new_call(from - Duration::from_secs(1));
+    env.store.open_call(before).await.unwrap();
+    let refused = |instance: &str, at: SystemTime| Rejection {
+        call_id: CallId::new_random(),
+        instance: instance.into(),
+        ingress: "twilio".into(),
+        carrier_call_id: Some("CA-refused".into()),
+        partner_id: None,
+        reason: "queue_full".into(),
+        waited: Duration::from_millis(250),
+        at,
+    };
+    env.store
+        .record_rejection(refused("test-a", now))
+        .await
+        .unwrap();
+    env.store
+        .record_rejection(refused("test-b", now))
+        .await
+        .unwrap();
+    env.store
+        .record_rejection(refused("test-a", to + Duration::from_secs(1)))
+        .await
+        .unwrap();
+
+    let got = env
+        .store
+        .outcomes_between("test-a", from, to)
+        .await
+        .unwrap();
+    assert_eq!(
+        got,
+        vec![
+            CallOutcome {
+                table: OutcomeTable::Ledger,
+                carrier_call_id: admitted.carrier_call_id,
+                reason: None,
+                wait: admitted.admission_wait,
+            },
+            CallOutcome {
+                table: OutcomeTable::Rejections,
+                carrier_call_id: Some("CA-refused".into()),
+                reason: Some("queue_full".into()),
+                wait: Duration::from_millis(250),
+            },
+        ]
+    );
+}

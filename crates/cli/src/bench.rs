@@ -21,8 +21,8 @@
 //! How to drive it (release build; the machine should be otherwise idle):
 //!
 //! ```text
-//! cargo run --release -p callgate -- bench incident
-//! cargo run --release -p callgate -- bench incident --runs 200,300,2200 --arrival-s 20 --json bench.json
+//! cargo run --release -p callgate-cli -- bench incident
+//! cargo run --release -p callgate-cli -- bench incident --runs 200,300,2200 --arrival-s 20 --json bench.json
 //! ```
 //!
 //! Reading a row: `load×` is the offered concurrency over capacity (arrival
@@ -35,7 +35,6 @@
 //!
 //! The exit code is non-zero if any call failed or went silent.
 
-mod children;
 mod db;
 mod priority;
 mod procfs;
@@ -52,10 +51,9 @@ use anyhow::{Context, bail};
 use callgate_load::{Arrival, LoadConfig, LoadReport};
 use serde::Serialize;
 
-pub use db::{ServerCall, Source};
+pub use db::ServerCall;
 pub use rig::{Caps, Rig};
 pub use row::{Resources, RunRow, RunSetup};
-pub use sampler::Peaks;
 
 /// `callgate bench <scenario>`.
 #[derive(Debug, Clone, clap::Args)]
@@ -221,7 +219,7 @@ struct Report<'a> {
 /// Something could not be started, measured or written; a bad server is not
 /// an error but the exit code.
 pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    crate::init_logging("text", "warn");
+    crate::logging::init("text", "warn");
     match args.scenario {
         Scenario::Incident(a) => incident(a).await,
     }

@@ -1,10 +1,10 @@
-//! The simulators and the server as child processes of the bench, so each
-//! one's CPU and memory are its own. Every child is killed when its handle
-//! is dropped (error paths, Ctrl-C, panics); the normal path stops it with a
-//! signal first so the server drains and flushes its writes.
+//! One child process of the `callgate` binary with its log file. Every
+//! child is killed when its handle is dropped (error paths, Ctrl-C,
+//! panics); the normal path stops it with a signal first so the server
+//! drains and flushes its writes.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -66,6 +66,7 @@ impl ChildProcess {
         })
     }
 
+    /// The process id (for `/proc` readings).
     pub fn pid(&self) -> u32 {
         self.pid
     }
@@ -116,21 +117,53 @@ impl ChildProcess {
         }
     }
 
-    /// Sends `signal` (e.g. `TERM`, `INT`) and waits up to `grace` for the
-    /// process to exit, then kills it. Returns whether it exited by itself.
-    pub async fn stop(mut self, signal: &str, grace: Duration) -> bool {
-        if matches!(self.child.try_wait(), Ok(Some(_))) {
-            return true;
-        }
-        let sent = Command::new("kill")
+    /// Sends `signal` (`TERM`, `HUP`, `INT`…) with `kill(1)`: `unsafe` is
+    /// denied workspace-wide, so no `kill(2)` call.
+    ///
+    /// # Errors
+    /// `kill` could not be run or refused (the process is gone).
+    pub async fn signal(&self, signal: &str) -> anyhow::Result<()> {
+        let status = Command::new("kill")
             .arg(format!("-{signal}"))
             .arg(self.pid.to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .await
-            .is_ok_and(|s| s.success());
-        if sent && tokio::time::timeout(grace, self.child.wait()).await.is_ok() {
+            .context("running kill")?;
+        if !status.success() {
+            bail!(
+                "kill -{signal} {} ({}) failed: {status}",
+                self.pid,
+                self.name
+            );
+        }
+        Ok(())
+    }
+
+    /// Waits up to `limit` for the process to exit by itself.
+    ///
+    /// # Errors
+    /// It was still running after `limit`.
+    pub async fn wait_exit(&mut self, limit: Duration) -> anyhow::Result<ExitStatus> {
+        match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(status) => Ok(status?),
+            Err(_) => bail!(
+                "the {} process did not exit within {limit:?}; last lines of {}:\n{}",
+                self.name,
+                self.log.display(),
+                log_tail(&self.log)
+            ),
+        }
+    }
+
+    /// Sends `signal` (e.g. `TERM`, `INT`) and waits up to `grace` for the
+    /// process to exit, then kills it. Returns whether it exited by itself.
+    pub async fn stop(mut self, signal: &str, grace: Duration) -> bool {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return true;
+        }
+        if self.signal(signal).await.is_ok() && self.wait_exit(grace).await.is_ok() {
             return true;
         }
         tracing::warn!(process = self.name, "did not stop in time; killing it");
@@ -141,7 +174,7 @@ impl ChildProcess {
 }
 
 /// The last lines of a log file (for error messages).
-pub fn log_tail(path: &Path) -> String {
+fn log_tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
@@ -153,7 +186,7 @@ pub fn log_tail(path: &Path) -> String {
 ///
 /// # Errors
 /// No port could be bound.
-pub fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
+pub(crate) fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
     let listeners = (0..n)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<Vec<_>, _>>()

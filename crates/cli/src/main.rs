@@ -1,4 +1,12 @@
-//! The `callgate` command: `serve`, `sim`, `load`, `demo`.
+//! The `callgate` command: `serve` runs the server (the `callgate`
+//! library); `sim`, `load`, `demo` and `bench` are the tools around it —
+//! the provider simulators, the scripted callers, and the two rigs that
+//! wire Postgres, the simulators and the server together (`callgate-rig`).
+
+mod bench;
+mod demo;
+mod logging;
+mod sim;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,13 +33,13 @@ enum Cmd {
         config: Option<PathBuf>,
     },
     /// Run the provider simulators (STT, TTS, dialog + tools) on local ports.
-    Sim(callgate::demo::SimArgs),
+    Sim(sim::SimArgs),
     /// Place scripted Twilio-protocol calls against a server and measure them.
     Load(callgate_load::cli::LoadArgs),
     /// The whole thing on embedded defaults: Postgres, simulators, server, 20 calls.
-    Demo(callgate::demo::DemoArgs),
+    Demo(demo::DemoArgs),
     /// Benchmarks at full size, with the server and simulators as child processes.
-    Bench(callgate::bench::BenchArgs),
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,13 +57,13 @@ fn main() -> ExitCode {
     let result = rt.block_on(async move {
         match cli.cmd {
             Cmd::Serve { config } => serve(config).await,
-            Cmd::Sim(args) => callgate::demo::run_sims(args).await,
+            Cmd::Sim(args) => sim::run(args).await,
             Cmd::Load(args) => {
-                callgate::init_logging("text", "warn");
+                logging::init("text", "warn");
                 callgate_load::cli::main(args).await
             }
-            Cmd::Demo(args) => callgate::demo::run(args).await,
-            Cmd::Bench(args) => callgate::bench::run(args).await,
+            Cmd::Demo(args) => demo::run(args).await,
+            Cmd::Bench(args) => bench::run(args).await,
         }
     });
     match result {
@@ -69,7 +77,7 @@ fn main() -> ExitCode {
 
 async fn serve(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let cfg = callgate::config::Config::load(config.as_deref())?;
-    callgate::init_logging(&cfg.log.format, &cfg.log.filter);
+    logging::init(&cfg.log.format, &cfg.log.filter);
     callgate::server::serve(cfg, config).await?;
     Ok(ExitCode::SUCCESS)
 }

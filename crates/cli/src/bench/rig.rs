@@ -1,0 +1,364 @@
+//! The bench's rig: `callgate_rig::Processes` (Postgres, and the
+//! simulators and the server as child processes) with the bench's ceilings
+//! written into both, plus the few things the bench asks of it (idle?, CPU
+//! ticks, the server's Postgres rows, a sampler).
+
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, bail};
+use callgate::config::{Config, MaxCalls};
+use callgate_rig::{Database, ProcessOptions, Processes};
+use callgate_sim::SimConfig;
+use state_store::{LocalOptions, Store, StoreConfig};
+
+use super::db::ServerCall;
+use super::procfs;
+use super::sampler::Sampler;
+
+/// Postgres connections for the throwaway cluster: the server's pool, the
+/// bench's own connection and psql-style inspection, with room to spare.
+const PG_MAX_CONNECTIONS: u32 = 400;
+/// The server's drain deadline at shutdown (written into its config).
+const SERVER_DRAIN_S: u64 = 10;
+/// Pooled connections for the bench's own queries (one at a time).
+const BENCH_POOL_SIZE: usize = 2;
+/// Bound on connecting to Postgres and on each of the bench's queries.
+const DB_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The ceilings and admission settings: the simulators enforce the provider
+/// caps and the server is configured with the same numbers.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Caps {
+    /// STT concurrent streams (simulator cap = server `stt.max_sessions`).
+    #[arg(long, default_value_t = 225)]
+    pub stt_cap: u32,
+    /// TTS concurrent sockets (simulator cap = server `tts.max_sessions`).
+    #[arg(long, default_value_t = 240)]
+    pub tts_cap: u32,
+    /// Dialog concurrent streams (simulator cap = server `dialog.max_streams`).
+    #[arg(long, default_value_t = 250)]
+    pub dialog_cap: u32,
+    /// The server's `database.max_calls` ceiling.
+    #[arg(long, default_value_t = 260)]
+    pub db_max_calls: u32,
+    /// `admission.headroom`: capacity = smallest ceiling − headroom.
+    #[arg(long, default_value_t = 5)]
+    pub headroom: u32,
+    /// `admission.queue_max`.
+    #[arg(long, default_value_t = 100)]
+    pub queue_max: usize,
+    /// `admission.queue_timeout_ms`.
+    #[arg(long, default_value_t = 4_000)]
+    pub queue_timeout_ms: u64,
+}
+
+impl Caps {
+    /// The capacity the server should derive from these ceilings.
+    pub fn expected_capacity(&self) -> u32 {
+        [
+            self.stt_cap,
+            self.tts_cap,
+            self.dialog_cap,
+            self.db_max_calls,
+        ]
+        .into_iter()
+        .min()
+        .unwrap_or(0)
+        .saturating_sub(self.headroom)
+    }
+
+    /// # Errors
+    /// The ceilings leave no capacity.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.expected_capacity() == 0 {
+            bail!("the ceilings minus headroom leave no capacity");
+        }
+        Ok(())
+    }
+
+    /// The simulators' configuration: defaults plus the caps.
+    pub fn sim_config(&self) -> SimConfig {
+        let mut cfg = SimConfig::default();
+        cfg.stt.max_sessions = u64::from(self.stt_cap);
+        cfg.tts.max_sockets = u64::from(self.tts_cap);
+        cfg.dialog.max_streams = u64::from(self.dialog_cap);
+        cfg
+    }
+
+    /// Writes the ceilings and admission settings into the server's
+    /// configuration (and the bench's drain deadline and log filter).
+    pub fn apply(&self, cfg: &mut Config) {
+        cfg.server.drain_timeout_s = SERVER_DRAIN_S;
+        cfg.admission.max_concurrent_calls = MaxCalls::Auto(callgate::config::AutoTag::Auto);
+        cfg.admission.headroom = self.headroom;
+        cfg.admission.queue_max = self.queue_max;
+        cfg.admission.queue_timeout_ms = self.queue_timeout_ms;
+        cfg.database.max_calls = Some(self.db_max_calls);
+        cfg.stt.max_sessions = self.stt_cap;
+        cfg.tts.max_sessions = self.tts_cap;
+        cfg.dialog.max_streams = self.dialog_cap;
+        cfg.log.filter = "warn".to_string();
+    }
+}
+
+/// CPU ticks of the three processes at one instant.
+#[derive(Debug, Clone, Copy)]
+pub struct Ticks {
+    pub server: u64,
+    pub sims: u64,
+    pub load: u64,
+    /// The throwaway Postgres (postmaster and backends); 0 for an external one.
+    pub postgres: u64,
+    /// Every process on the machine (other engineers' builds included).
+    pub machine: u64,
+}
+
+/// Everything the bench started.
+pub struct Rig {
+    procs: Processes,
+    /// The bench's own read-only use of the server's database.
+    store: Store,
+    instance: String,
+    pub capacity: u64,
+    pub decided_by: String,
+    pub clock_ticks: u64,
+    /// The generator's nice value (see `priority`), once lowered.
+    pub generator_nice: i64,
+}
+
+impl Rig {
+    /// Starts Postgres (unless `CALLGATE_DATABASE_URL` is set), the
+    /// simulators and the server, and waits until they are ready. A failure
+    /// part-way kills whatever was started (the handles kill on drop).
+    ///
+    /// # Errors
+    /// Any piece could not be started or did not become ready.
+    pub async fn start(caps: &Caps) -> anyhow::Result<Rig> {
+        let instance = format!("bench-{}", std::process::id());
+        let database = Database::from_env_or_local(LocalOptions {
+            max_connections: PG_MAX_CONNECTIONS,
+            ..LocalOptions::default()
+        })
+        .await?;
+        let opts = ProcessOptions {
+            exe: std::env::current_exe().context("locating the callgate binary")?,
+            instance: instance.clone(),
+            sim: caps.sim_config(),
+        };
+        let procs = Processes::start(database, opts, |cfg| caps.apply(cfg)).await?;
+        let store_cfg = StoreConfig {
+            pool_size: BENCH_POOL_SIZE,
+            connect_timeout: DB_TIMEOUT,
+            statement_timeout: DB_TIMEOUT,
+            ..StoreConfig::new(procs.database().conninfo(), &instance)
+        };
+        let store = Store::connect(store_cfg)
+            .await
+            .context("connecting to Postgres")?;
+        let mut rig = Rig {
+            procs,
+            store,
+            instance,
+            capacity: 0,
+            decided_by: String::new(),
+            clock_ticks: procfs::clock_ticks_per_second(),
+            generator_nice: 0,
+        };
+        rig.read_capacity(caps).await?;
+        Ok(rig)
+    }
+
+    async fn read_capacity(&mut self, caps: &Caps) -> anyhow::Result<()> {
+        let status = self.procs.status().await?;
+        self.capacity = status["admission"]["capacity"].as_u64().unwrap_or(0);
+        self.decided_by = status["admission"]["decided_by"]
+            .as_str()
+            .unwrap_or("?")
+            .to_string();
+        if self.capacity != u64::from(caps.expected_capacity()) {
+            tracing::warn!(
+                capacity = self.capacity,
+                expected = caps.expected_capacity(),
+                "the server derived a different capacity than the ceilings imply"
+            );
+        }
+        Ok(())
+    }
+
+    /// Where the children's logs and generated configuration are.
+    pub fn log_dir(&self) -> &Path {
+        self.procs.dir()
+    }
+
+    /// The server's Twilio media-stream URL.
+    pub fn media_url(&self) -> String {
+        self.procs.media_url()
+    }
+
+    /// Waits until the server is idle (see [`is_idle`]).
+    ///
+    /// # Errors
+    /// A child died, or the server was still busy after `limit`.
+    pub async fn wait_idle(&mut self, limit: Duration) -> anyhow::Result<()> {
+        self.procs
+            .wait_for_status(limit, "the server to be idle", is_idle)
+            .await
+            .map(drop)
+    }
+
+    /// CPU ticks of the server, the simulators and this process, now.
+    ///
+    /// # Errors
+    /// A process is gone.
+    pub fn cpu_ticks(&self) -> anyhow::Result<Ticks> {
+        Ok(Ticks {
+            server: procfs::cpu_ticks(self.procs.server.pid()).context("server CPU time")?,
+            sims: procfs::cpu_ticks(self.procs.sims.pid()).context("simulators' CPU time")?,
+            load: procfs::cpu_ticks(std::process::id()).context("own CPU time")?,
+            postgres: self.postgres_ticks(),
+            machine: procfs::machine_busy_ticks().context("machine CPU time")?,
+        })
+    }
+
+    fn postgres_ticks(&self) -> u64 {
+        let pg = self.procs.database().local_postgres();
+        pg.and_then(|pg| pg.pid().ok())
+            .and_then(|p| procfs::tree_cpu_ticks(p).ok())
+            .unwrap_or(0)
+    }
+
+    /// Starts sampling the server's RSS and gate counts.
+    pub fn sampler(&self) -> Sampler {
+        Sampler::start(
+            self.procs.server.pid(),
+            self.procs.http().clone(),
+            self.procs.status_url(),
+        )
+    }
+
+    /// The server's Postgres rows stamped within `[from, to]`.
+    ///
+    /// # Errors
+    /// A query failed.
+    pub async fn server_rows(
+        &self,
+        from: SystemTime,
+        to: SystemTime,
+    ) -> anyhow::Result<Vec<ServerCall>> {
+        let rows = self
+            .store
+            .outcomes_between(&self.instance, from, to)
+            .await
+            .context("reading the server's rows")?;
+        Ok(rows.into_iter().map(ServerCall::from).collect())
+    }
+
+    /// Stops the server (drain + flush), the simulators, then Postgres.
+    pub async fn stop(self) {
+        let Rig { procs, store, .. } = self;
+        // Close the bench's pool before the database goes away.
+        drop(store);
+        if !procs.stop().await {
+            eprintln!("the server had to be killed");
+        }
+    }
+}
+
+/// Whether `/admin/status` shows nothing in flight: no active, queued,
+/// setting-up or overflowing call, and no pending Postgres write.
+pub fn is_idle(status: &serde_json::Value) -> bool {
+    let zero = |v: &serde_json::Value| v.as_u64() == Some(0);
+    zero(&status["admission"]["active"])
+        && zero(&status["admission"]["queued"])
+        && zero(&status["calls"]["setting_up"])
+        && zero(&status["calls"]["overflowing"])
+        && zero(&status["write_backlog"])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use callgate_sim::SimAddrs;
+
+    fn caps() -> Caps {
+        Caps {
+            stt_cap: 225,
+            tts_cap: 240,
+            dialog_cap: 250,
+            db_max_calls: 260,
+            headroom: 5,
+            queue_max: 100,
+            queue_timeout_ms: 4_000,
+        }
+    }
+
+    #[test]
+    fn the_written_server_config_carries_every_ceiling() {
+        let at = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let sims = SimAddrs {
+            stt: at(9001),
+            tts: at(9002),
+            dialog_grpc: at(9003),
+            dialog_http: at(9004),
+        };
+        let mut cfg = callgate_rig::server_config(&sims, "host=/tmp/pg user=postgres", "bench-1");
+        caps().apply(&mut cfg);
+        // Read back from the TOML the server child is given.
+        let cfg: Config = toml::from_str(&toml::to_string(&cfg).unwrap()).unwrap();
+        cfg.validate().unwrap();
+        assert_eq!(cfg.server.instance, "bench-1");
+        assert_eq!(cfg.server.drain_timeout_s, SERVER_DRAIN_S);
+        assert_eq!(cfg.database.calls_ceiling(), 260);
+        assert_eq!(
+            (
+                cfg.stt.max_sessions,
+                cfg.tts.max_sessions,
+                cfg.dialog.max_streams
+            ),
+            (225, 240, 250)
+        );
+        assert_eq!((cfg.admission.headroom, cfg.admission.queue_max), (5, 100));
+        assert_eq!(cfg.admission.queue_timeout_ms, 4_000);
+        assert_eq!(cfg.stt.url, format!("ws://{}/v1/listen", sims.stt));
+        assert_eq!(cfg.log.filter, "warn");
+        assert_eq!(caps().expected_capacity(), 220);
+    }
+
+    #[test]
+    fn the_simulators_enforce_the_same_caps() {
+        let sim = caps().sim_config();
+        assert_eq!(
+            (
+                sim.stt.max_sessions,
+                sim.tts.max_sockets,
+                sim.dialog.max_streams
+            ),
+            (225, 240, 250)
+        );
+        let json = serde_json::to_string(&sim).unwrap();
+        let back: SimConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.stt.max_sessions, 225);
+        let none = Caps {
+            headroom: 300,
+            ..caps()
+        };
+        assert!(none.validate().is_err());
+    }
+
+    #[test]
+    fn idle_means_nothing_in_flight_anywhere() {
+        let mut s = serde_json::json!({
+            "admission": { "active": 0, "queued": 0 },
+            "calls": { "setting_up": 0, "overflowing": 0, "speaking": 0 },
+            "write_backlog": 0
+        });
+        assert!(is_idle(&s));
+        s["calls"]["overflowing"] = 3.into();
+        assert!(!is_idle(&s));
+        s["calls"]["overflowing"] = 0.into();
+        s["write_backlog"] = 12.into();
+        assert!(!is_idle(&s));
+        assert!(!is_idle(&serde_json::json!({})));
+    }
+}

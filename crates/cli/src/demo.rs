@@ -1,0 +1,104 @@
+//! `callgate demo`: the main job on embedded defaults.
+//!
+//! The demo starts a throwaway Postgres from the system's PostgreSQL binaries
+//! (or uses `CALLGATE_DATABASE_URL`), the three provider simulators and the
+//! server on loopback ports (an in-process `callgate_rig::InProcess`),
+//! places scripted Twilio-protocol calls through `callgate load`, prints
+//! what every caller heard, checks the receipts, and stops everything it
+//! started. It exits non-zero if any call failed or went silent, or if
+//! anything was left open.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use callgate_load::{Arrival, LoadConfig};
+use callgate_rig::{Database, InProcess, InProcessOptions, Leftovers};
+use state_store::LocalOptions;
+
+/// How long the server may drain at the end before it ends calls itself.
+const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Calls to place.
+    #[arg(long, default_value_t = 20)]
+    pub calls: usize,
+    /// Caller utterances per call (the bot answers each).
+    #[arg(long, default_value_t = 3)]
+    pub utterances: usize,
+    /// Seconds over which the calls arrive.
+    #[arg(long, default_value_t = 2.0)]
+    pub ramp_s: f64,
+    /// Where to write the per-call JSON records and the summary.
+    #[arg(long, default_value = "callgate-demo.json")]
+    pub json: PathBuf,
+    /// Server log filter (server logs go to stderr).
+    #[arg(long, default_value = "warn")]
+    pub log: String,
+}
+
+/// `callgate demo`.
+pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    crate::logging::init("text", &args.log);
+    let database = Database::from_env_or_local(LocalOptions::default()).await?;
+    let instance = format!("demo-{}", std::process::id());
+    let rig = InProcess::start(database, InProcessOptions::new(instance), |_| {}).await?;
+    eprintln!(
+        "callgate on {}; placing {} calls …",
+        rig.media_url(),
+        args.calls
+    );
+
+    let report = callgate_load::run(load_config(&args, rig.media_url())).await;
+    let mut out = std::io::stdout().lock();
+    report.print_calls(&mut out)?;
+    writeln!(out)?;
+    report.print_table(&mut out)?;
+    drop(out);
+    report
+        .write_json(&args.json)
+        .with_context(|| format!("writing {}", args.json.display()))?;
+    println!("per-call records: {}", args.json.display());
+
+    let left = rig.stop(SHUTDOWN_DEADLINE).await?;
+    print_receipts(&left);
+    let s = &report.summary;
+    let ok = s.failed == 0 && s.silent == 0 && s.completed == args.calls && left.is_clean();
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn load_config(args: &DemoArgs, url: String) -> LoadConfig {
+    let per_s = if args.ramp_s > 0.0 {
+        args.calls as f64 / args.ramp_s
+    } else {
+        1_000.0
+    };
+    LoadConfig {
+        url,
+        calls: args.calls,
+        concurrency: args.calls,
+        arrival: Arrival::Rate { per_second: per_s },
+        utterances: args.utterances,
+        progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        ..LoadConfig::default()
+    }
+}
+
+/// Every admitted call must have a closed ledger row, and every provider
+/// session must be closed.
+fn print_receipts(left: &Leftovers) {
+    let [stt, tts, dialog] = left.open_sessions;
+    println!(
+        "receipts: ledger rows still open: {}; provider sessions still open: stt {stt}, tts {tts}, dialog {dialog}",
+        left.open_ledger_rows
+            .as_ref()
+            .map_or_else(|e| format!("unknown ({e})"), |n| n.to_string())
+    );
+}
