@@ -8,13 +8,23 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::{Channel, Endpoint};
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, Span, info, info_span, warn};
 
 use crate::config::DialogConfig;
 use crate::error::DialogError;
 use crate::pb;
 use crate::pb::dialog_client::DialogClient as PbClient;
 use crate::session::{self, DialogEvents, DialogSession};
+use crate::stream::{Leg, Opener, StreamTask};
+
+/// A jitter seed from the call id, so calls dropped together spread their
+/// retries.
+fn seed(call_id: &str) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    call_id.hash(&mut h);
+    h.finish()
+}
 
 /// HTTP/2 PING interval while streams are open: a dialog service that
 /// vanished without a FIN/RST is detected within interval + timeout, and
@@ -39,6 +49,7 @@ struct Inner {
     /// Round-robin cursor over `channels`.
     next: AtomicUsize,
     open_timeout: Duration,
+    reconnect: reconnect::ReconnectPolicy,
 }
 
 impl DialogClient {
@@ -70,6 +81,7 @@ impl DialogClient {
                 channels,
                 next: AtomicUsize::new(0),
                 open_timeout: cfg.open_timeout,
+                reconnect: cfg.reconnect,
             }),
         })
     }
@@ -111,15 +123,68 @@ impl DialogClient {
         call_id: &str,
         metadata: Vec<(String, String)>,
     ) -> Result<(DialogSession, DialogEvents), DialogError> {
+        let call: Arc<str> = Arc::from(call_id);
+        let metadata: Arc<HashMap<String, String>> = Arc::new(metadata.into_iter().collect());
+        let leg = self
+            .open_leg(Arc::clone(&call), Arc::clone(&metadata), false)
+            .await?;
+        let client = self.clone();
+        let opener_call = Arc::clone(&call);
+        let open: Opener = Box::new(move |resume| {
+            let (client, call, metadata) = (
+                client.clone(),
+                Arc::clone(&opener_call),
+                Arc::clone(&metadata),
+            );
+            Box::pin(async move {
+                let after = client.inner.open_timeout;
+                match tokio::time::timeout(
+                    after,
+                    client.open_leg(Arc::clone(&call), metadata, resume),
+                )
+                .await
+                {
+                    Ok(result) => result,
+                    Err(_) => Err(DialogError::OpenTimeout {
+                        call_id: call.to_string(),
+                        after,
+                    }),
+                }
+            })
+        });
+        let (tx, rx) = mpsc::channel(session::REQUEST_CAPACITY);
+        let (ev_tx, ev_rx) = mpsc::channel(session::EVENT_CAPACITY);
+        let backoff = reconnect::Backoff::connected(self.inner.reconnect, seed(call_id));
+        let task = StreamTask::new(Arc::clone(&call), open, rx, ev_tx, backoff);
+        let tally = Arc::clone(&task.tally);
+        tokio::spawn(task.run(leg).instrument(Span::current()));
+        Ok((
+            DialogSession {
+                call_id: call,
+                tx,
+                tally,
+            },
+            DialogEvents { rx: ev_rx },
+        ))
+    }
+
+    /// Opens one `Converse` stream: `SessionStart` first, then whatever the
+    /// call queues.
+    async fn open_leg(
+        &self,
+        call: Arc<str>,
+        metadata: Arc<HashMap<String, String>>,
+        resume: bool,
+    ) -> Result<Leg, DialogError> {
         let (index, channel) = self.pick_channel();
         let (tx, rx) = mpsc::channel(session::REQUEST_CAPACITY);
         let start = pb::ClientMessage {
             kind: Some(pb::client_message::Kind::SessionStart(pb::SessionStart {
-                call_id: call_id.to_owned(),
-                caller_metadata: metadata.into_iter().collect::<HashMap<_, _>>(),
+                call_id: call.to_string(),
+                caller_metadata: (*metadata).clone(),
+                resume,
             })),
         };
-        let call: Arc<str> = Arc::from(call_id);
         session::enqueue(&tx, &call, start)?;
         let stop = CancellationToken::new();
         let requests = session::request_stream(rx, stop.clone());
@@ -127,13 +192,13 @@ impl DialogClient {
         let stream = match response {
             Ok(resp) => resp.into_inner(),
             Err(status) => {
-                let err = DialogError::from_open_status(call_id, &status);
-                warn!(code = ?status.code(), message = status.message(), "dialog stream refused");
+                let err = DialogError::from_open_status(&call, &status);
+                warn!(code = ?status.code(), message = status.message(), resume, "dialog stream refused");
                 return Err(err);
             }
         };
-        info!(channel = index, "dialog stream open");
-        Ok(session::spawn(call, tx, stream, stop))
+        info!(channel = index, resume, "dialog stream open");
+        Ok(Leg { tx, stream, stop })
     }
 
     /// The next channel, round-robin, connecting its slot lazily.

@@ -18,6 +18,8 @@ pub struct DialogConfig {
     /// queue invisibly inside the connection, so size this so that
     /// `channels × per-connection cap` exceeds the call capacity.
     pub channels: usize,
+    /// How a stream that drops mid-call is reopened.
+    pub reconnect: reconnect::ReconnectPolicy,
 }
 
 impl Default for DialogConfig {
@@ -27,6 +29,7 @@ impl Default for DialogConfig {
             connect_timeout: Duration::from_secs(2),
             open_timeout: Duration::from_secs(3),
             channels: 4,
+            reconnect: reconnect::ReconnectPolicy::default(),
         }
     }
 }

@@ -107,6 +107,27 @@ impl DialogError {
         )
     }
 
+    /// Whether an open stream that ended with this error merely dropped
+    /// (the service went away, restarted, or shed the stream) so that a
+    /// new stream may continue the call. Protocol and permission errors are
+    /// not drops: a new stream would fail the same way.
+    pub fn is_dropped(&self) -> bool {
+        match self {
+            DialogError::Stream { code, .. } => matches!(
+                code,
+                GrpcCode::Unavailable
+                    | GrpcCode::Aborted
+                    | GrpcCode::Unknown
+                    | GrpcCode::Internal
+                    | GrpcCode::Cancelled
+                    | GrpcCode::ResourceExhausted
+                    | GrpcCode::DeadlineExceeded
+            ),
+            DialogError::Unavailable { .. } => true,
+            _ => false,
+        }
+    }
+
     /// The call this error belongs to, if any.
     pub fn call_id(&self) -> Option<&str> {
         match self {

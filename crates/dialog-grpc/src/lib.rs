@@ -16,6 +16,16 @@
 //! stream ([`DialogConfig::open_timeout`]), or keep a stream alive after
 //! both halves are dropped.
 //!
+//! Mid-call drops: when an open stream fails with a drop
+//! ([`DialogError::is_dropped`]: UNAVAILABLE, a reset connection …), a new
+//! stream is opened on the [`DialogConfig::reconnect`] schedule with
+//! `SessionStart { resume: true }` (or a fresh greeting if the greeting had
+//! not finished), the user turn whose reply had not completed is sent
+//! again, and reply text already delivered is not delivered twice. The call
+//! sees [`DialogEvent::Reconnecting`] / [`DialogEvent::Reconnected`] and
+//! [`DialogSession::reconnects`] counts attempts; `Closed` comes only when
+//! the budget is spent or the failure is not a drop.
+//!
 //! How to drive it:
 //!
 //! ```no_run
@@ -45,6 +55,7 @@ mod config;
 mod error;
 mod ids;
 mod session;
+mod stream;
 
 /// Generated wire types and client; private so protobuf never leaves the crate.
 mod pb {

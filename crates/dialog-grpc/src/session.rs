@@ -7,9 +7,8 @@ use std::sync::Arc;
 use futures_util::Stream;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
-use tokio_util::sync::{CancellationToken, DropGuard};
-use tonic::Streaming;
-use tracing::{Instrument, Span, debug, info, warn};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
 
 use crate::error::DialogError;
 use crate::ids::{ToolCallId, TurnId};
@@ -52,6 +51,22 @@ pub enum DialogEvent {
     Escalate { reason: String },
     /// The service ends the call (after the current reply is played).
     EndCall { reason: String },
+    /// The stream dropped mid-call (or the last attempt failed); attempt
+    /// number `attempt` starts after a backoff. Requests queue meanwhile.
+    /// `capacity`: the service refused for capacity, not because it is down.
+    Reconnecting {
+        attempt: u32,
+        capacity: bool,
+        error: String,
+    },
+    /// A new stream continues the conversation. `resent_turn`: the user
+    /// turn whose reply had not completed was sent again; its reply text
+    /// goes on where the old stream stopped (text already delivered is not
+    /// delivered twice).
+    Reconnected {
+        down_for: std::time::Duration,
+        resent_turn: Option<TurnId>,
+    },
     /// Terminal: the stream ended normally (`Ok`) or with an error. Nothing
     /// follows it.
     Closed(Result<(), DialogError>),
@@ -61,14 +76,15 @@ pub enum DialogEvent {
 /// a bounded channel. Dropping it half-closes the stream.
 #[derive(Debug)]
 pub struct DialogSession {
-    call_id: Arc<str>,
-    tx: mpsc::Sender<pb::ClientMessage>,
+    pub(crate) call_id: Arc<str>,
+    pub(crate) tx: mpsc::Sender<pb::ClientMessage>,
+    pub(crate) tally: Arc<std::sync::Mutex<reconnect::Tally>>,
 }
 
 /// The event half of a dialog stream. Dropping it cancels the RPC.
 #[derive(Debug)]
 pub struct DialogEvents {
-    rx: mpsc::Receiver<DialogEvent>,
+    pub(crate) rx: mpsc::Receiver<DialogEvent>,
 }
 
 impl DialogEvents {
@@ -82,6 +98,14 @@ impl DialogSession {
     /// The call this session belongs to.
     pub fn call_id(&self) -> &str {
         &self.call_id
+    }
+
+    /// Mid-call reconnects of this session so far.
+    pub fn reconnects(&self) -> reconnect::Tally {
+        *self
+            .tally
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// True once the stream has ended (or the events half was dropped).
@@ -207,62 +231,9 @@ pub(crate) fn request_stream(
     })
 }
 
-/// Starts the mapping task and returns the two halves.
-pub(crate) fn spawn(
-    call_id: Arc<str>,
-    tx: mpsc::Sender<pb::ClientMessage>,
-    stream: Streaming<pb::ServerEvent>,
-    stop: CancellationToken,
-) -> (DialogSession, DialogEvents) {
-    let (ev_tx, ev_rx) = mpsc::channel(EVENT_CAPACITY);
-    let task = forward(Arc::clone(&call_id), stream, ev_tx, stop.drop_guard());
-    tokio::spawn(task.instrument(Span::current()));
-    (DialogSession { call_id, tx }, DialogEvents { rx: ev_rx })
-}
-
-/// Maps wire events to [`DialogEvent`]s until the stream ends or the event
-/// half is dropped. Dropping `_stop` on exit ends the request body too, so
-/// the RPC (and the server's stream) ends on every exit path.
-async fn forward(
-    call_id: Arc<str>,
-    mut stream: Streaming<pb::ServerEvent>,
-    events: mpsc::Sender<DialogEvent>,
-    _stop: DropGuard,
-) {
-    let end = loop {
-        let next = tokio::select! {
-            biased;
-            () = events.closed() => {
-                info!("dialog events dropped; cancelling the stream");
-                return;
-            }
-            next = stream.message() => next,
-        };
-        match next {
-            Ok(Some(wire)) => {
-                let Some(event) = map_event(wire) else {
-                    continue;
-                };
-                if events.send(event).await.is_err() {
-                    info!("dialog events dropped; cancelling the stream");
-                    return;
-                }
-            }
-            Ok(None) => break Ok(()),
-            Err(status) => break Err(DialogError::from_stream_status(&call_id, &status)),
-        }
-    };
-    match &end {
-        Ok(()) => info!("dialog stream closed"),
-        Err(e) => warn!(error = %e, "dialog stream failed"),
-    }
-    // The receiver may be gone already; then nobody needs the outcome.
-    let _ = events.send(DialogEvent::Closed(end)).await;
-}
-
 /// Wire → domain. Empty or unknown oneofs are skipped (newer services may
 /// send kinds this client does not know).
-fn map_event(wire: pb::ServerEvent) -> Option<DialogEvent> {
+pub(crate) fn map_event(wire: pb::ServerEvent) -> Option<DialogEvent> {
     let Some(kind) = wire.kind else {
         debug!("skipping server event without a known kind");
         return None;
@@ -335,6 +306,7 @@ mod tests {
         let session = DialogSession {
             call_id: Arc::from("c9"),
             tx,
+            tally: Arc::default(),
         };
         for i in 0..REQUEST_CAPACITY {
             session.user_turn(TurnId(i as u64 + 1), "hi").unwrap();

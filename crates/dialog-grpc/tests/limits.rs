@@ -99,29 +99,34 @@ async fn nothing_listening_is_unavailable() {
 }
 
 #[tokio::test]
-async fn simulator_shutdown_ends_open_streams_with_an_error() {
+async fn simulator_shutdown_ends_open_streams_after_the_reconnect_budget() {
     let sim = start_sim(fast()).await;
     let client = client_for(sim.grpc, Duration::from_secs(10));
-    let (_session, mut events) = client.open("call-g", vec![]).await.unwrap();
+    let (session, mut events) = client.open("call-g", vec![]).await.unwrap();
     let stats = sim.sim.clone();
     sim.shutdown().await;
+    let mut attempts_seen = 0;
     let closed = loop {
-        if let dialog_grpc::DialogEvent::Closed(outcome) = next(&mut events).await {
-            break outcome;
+        match next(&mut events).await {
+            dialog_grpc::DialogEvent::Closed(outcome) => break outcome,
+            dialog_grpc::DialogEvent::Reconnecting { capacity, .. } => {
+                assert!(!capacity, "a stopped service is down, not full");
+                attempts_seen += 1;
+            }
+            _ => {}
         }
     };
+    // The service is gone: every reconnect attempt finds it down.
     let err = closed.unwrap_err();
-    assert!(
-        matches!(
-            &err,
-            DialogError::Stream {
-                code: dialog_grpc::GrpcCode::Unavailable,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert!(matches!(&err, DialogError::Unavailable { .. }), "{err:?}");
     assert!(err.is_retryable());
+    let tally = session.reconnects();
+    assert_eq!((tally.drops, tally.reconnected), (1, 0), "{tally:?}");
+    assert!(
+        tally.attempts >= 1 && tally.down_refusals == tally.attempts,
+        "{tally:?}"
+    );
+    assert_eq!(attempts_seen, tally.attempts);
     assert_eq!(stats.stats().open_sessions, 0);
 }
 

@@ -17,7 +17,9 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{self, Message};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+use crate::SttConfig;
 use crate::event::{CloseReason, CloseSummary, StreamMetadata, SttEvent};
+use crate::replay::Replay;
 use crate::wire;
 
 pub(crate) type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -47,6 +49,8 @@ pub(crate) struct Shared {
     pub finished: OnceLock<CloseSummary>,
     /// The provider's summary, once seen.
     metadata: Mutex<Option<StreamMetadata>>,
+    /// Mid-call reconnects so far.
+    pub reconnects: Mutex<reconnect::Tally>,
 }
 
 impl Shared {
@@ -70,8 +74,11 @@ pub(crate) struct Actor {
     pub commands: mpsc::Receiver<Command>,
     pub events: mpsc::Sender<SttEvent>,
     pub shared: Arc<Shared>,
-    pub keepalive_interval: Duration,
-    pub close_timeout: Duration,
+    /// For reopening the socket after a mid-call drop.
+    pub cfg: SttConfig,
+    /// Audio since the last confirmed utterance boundary.
+    pub replay: Replay,
+    pub backoff: reconnect::Backoff,
 }
 
 impl Actor {
@@ -97,7 +104,7 @@ impl Actor {
     async fn drive(&mut self) -> (CloseReason, Option<oneshot::Sender<CloseSummary>>) {
         let mut last_sent = Instant::now();
         loop {
-            let keepalive_at = last_sent + self.keepalive_interval;
+            let keepalive_at = last_sent + self.cfg.keepalive_interval;
             // Provider frames first, so a close is seen promptly even under
             // a steady stream of audio.
             let step = tokio::select! {
@@ -109,7 +116,10 @@ impl Actor {
                     None => return (self.close_stream().await, None),
                 },
                 audio = self.audio.recv() => match audio {
-                    Some(frame) => self.send(Message::binary(frame)).await,
+                    Some(frame) => {
+                        self.replay.push(&frame);
+                        self.send(Message::binary(frame)).await
+                    }
                     // The handle was dropped without `close()`: still close.
                     None => return (self.close_stream().await, None),
                 },
@@ -118,6 +128,12 @@ impl Actor {
             match step {
                 Step::Sent => last_sent = Instant::now(),
                 Step::Received => {}
+                Step::Ended(close) if close.is_drop() && self.cfg.reconnect.enabled() => {
+                    match self.reconnect(close).await {
+                        Ok(()) => last_sent = Instant::now(),
+                        Err(ended) => return ended,
+                    }
+                }
                 Step::Ended(close) => return (close, None),
             }
         }
@@ -127,7 +143,9 @@ impl Actor {
     async fn on_provider(&mut self, frame: Option<Result<Message, tungstenite::Error>>) -> Step {
         match frame {
             Some(Ok(Message::Text(text))) => {
-                let event = wire::parse_server_text(&text);
+                let mut event = wire::parse_server_text(&text);
+                self.settle(&event);
+                shift(&mut event, self.replay.offset());
                 self.observe(&event);
                 self.deliver(event).await;
                 Step::Received
@@ -180,10 +198,21 @@ impl Actor {
         }
     }
 
+    /// Audio up to a boundary the provider confirmed will not be replayed.
+    fn settle(&mut self, event: &SttEvent) {
+        match event {
+            SttEvent::Transcript(t) if t.is_final && (t.speech_final || t.from_finalize) => {
+                self.replay.settled(t.start + t.duration);
+            }
+            SttEvent::UtteranceEnd { last_word_end } => self.replay.settled(*last_word_end),
+            _ => {}
+        }
+    }
+
     /// Queues an event for the consumer under the policy of
     /// [`crate::EVENT_CAPACITY`]: interim results and `SpeechStarted` are
     /// dropped when the queue is full; everything else waits, bounded.
-    async fn deliver(&self, event: SttEvent) {
+    pub(crate) async fn deliver(&self, event: SttEvent) {
         let droppable = matches!(
             &event,
             SttEvent::Transcript(t) if !t.is_final
@@ -214,7 +243,7 @@ impl Actor {
         }
     }
 
-    async fn send(&mut self, msg: Message) -> Step {
+    pub(crate) async fn send(&mut self, msg: Message) -> Step {
         match timeout(SEND_TIMEOUT, self.ws.send(msg)).await {
             Ok(Ok(())) => Step::Sent,
             Ok(Err(e)) => Step::Ended(CloseReason::transport(e.to_string())),
@@ -226,8 +255,9 @@ impl Actor {
 
     /// Sends audio already queued before a control message, so the control
     /// message applies to everything the caller sent before it.
-    async fn send_after_audio(&mut self, control: &'static str) -> Step {
+    pub(crate) async fn send_after_audio(&mut self, control: &'static str) -> Step {
         while let Ok(frame) = self.audio.try_recv() {
+            self.replay.push(&frame);
             if let Step::Ended(close) = self.send(Message::binary(frame)).await {
                 return Step::Ended(close);
             }
@@ -238,7 +268,7 @@ impl Actor {
     /// `CloseStream`, then read (finals and `Metadata` still flow to the
     /// consumer) until the provider closes, all within `close_timeout`.
     async fn close_stream(&mut self) -> CloseReason {
-        let deadline = Instant::now() + self.close_timeout;
+        let deadline = Instant::now() + self.cfg.close_timeout;
         let sent = timeout_at(deadline, self.send_after_audio(wire::CLOSE_STREAM)).await;
         match sent {
             Ok(Step::Ended(close)) => return close,
@@ -269,7 +299,21 @@ impl Actor {
     }
 }
 
-enum Step {
+/// Moves a result from the current socket's audio clock to the session's
+/// (a reconnected socket's clock starts at the first replayed frame).
+fn shift(event: &mut SttEvent, offset: f64) {
+    if offset == 0.0 {
+        return;
+    }
+    match event {
+        SttEvent::Transcript(t) => t.start += offset,
+        SttEvent::SpeechStarted { at } => *at += offset,
+        SttEvent::UtteranceEnd { last_word_end } => *last_word_end += offset,
+        _ => {}
+    }
+}
+
+pub(crate) enum Step {
     Sent,
     Received,
     Ended(CloseReason),

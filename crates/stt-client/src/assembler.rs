@@ -96,6 +96,12 @@ impl UtteranceAssembler {
                 self.take(UtteranceBoundary::UtteranceEnd)
             }
             SttEvent::Closed(_) => self.take(UtteranceBoundary::StreamClosed),
+            // The replayed audio will produce these words again.
+            SttEvent::Reconnected { .. } => {
+                self.segments.clear();
+                self.interim = None;
+                None
+            }
             _ => None,
         }
     }

@@ -51,6 +51,8 @@ pub struct SttConfig {
     pub keepalive_interval: Duration,
     /// Bound on `CloseStream` → final results, `Metadata` and the close.
     pub close_timeout: Duration,
+    /// How a socket that drops mid-call is reopened.
+    pub reconnect: reconnect::ReconnectPolicy,
 }
 
 impl Default for SttConfig {
@@ -70,6 +72,7 @@ impl Default for SttConfig {
             connect_timeout: Duration::from_secs(5),
             keepalive_interval: Duration::from_secs(4),
             close_timeout: Duration::from_secs(5),
+            reconnect: reconnect::ReconnectPolicy::default(),
         }
     }
 }
@@ -90,6 +93,7 @@ impl fmt::Debug for SttConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("keepalive_interval", &self.keepalive_interval)
             .field("close_timeout", &self.close_timeout)
+            .field("reconnect", &self.reconnect)
             .finish()
     }
 }

@@ -49,6 +49,24 @@ pub enum SttEvent {
     ProviderError {
         message: String,
     },
+    /// The socket dropped mid-call (or the last attempt failed); attempt
+    /// number `attempt` starts after a backoff. Audio is kept meanwhile.
+    /// `capacity`: the last attempt was refused for capacity (HTTP 429),
+    /// not because the provider is down.
+    Reconnecting {
+        attempt: u32,
+        capacity: bool,
+        error: String,
+    },
+    /// A new socket carries the session. The audio since the last
+    /// utterance boundary (`replayed_seconds`) was sent again, so results
+    /// for it follow — a consumer assembling utterances drops what it held
+    /// pending (see [`crate::UtteranceAssembler`]). Timestamps continue on
+    /// the session's audio clock.
+    Reconnected {
+        down_for: std::time::Duration,
+        replayed_seconds: f64,
+    },
     /// Terminal: the session has ended; nothing follows.
     Closed(CloseReason),
 }
@@ -136,6 +154,14 @@ impl CloseReason {
     /// normal end and audio the provider cannot decode).
     pub fn is_retryable(&self) -> bool {
         !matches!(self.kind, CloseKind::Normal | CloseKind::BadData)
+    }
+
+    /// Whether the client reconnects after this close mid-call: a
+    /// retryable close that the client did not cause itself. An idle
+    /// timeout (`NET-0001`) means no audio was sent — the consumer stopped
+    /// feeding the session — so a new socket would idle out the same way.
+    pub fn is_drop(&self) -> bool {
+        self.is_retryable() && self.kind != CloseKind::IdleTimeout
     }
 }
 

@@ -11,10 +11,20 @@
 //! What it never does: know about calls, carriers or SQL; block the media
 //! path (audio is queued with [`SttHandle::send_audio`], which never waits
 //! and drops the newest frame when [`AUDIO_CAPACITY`] is reached); send a
-//! zero-length frame (the provider would treat it as a close); reconnect on
-//! its own (the caller decides with [`SttError::is_retryable`] and
-//! [`CloseReason::is_retryable`]); leak a socket (dropping the handle still
-//! sends `CloseStream` and closes, bounded by `close_timeout`).
+//! zero-length frame (the provider would treat it as a close); retry the
+//! *first* connect (the caller decides with [`SttError::is_retryable`]);
+//! leak a socket (dropping the handle still sends `CloseStream` and closes,
+//! bounded by `close_timeout`).
+//!
+//! Mid-call drops: when an open session's socket drops with a retryable
+//! reason ([`CloseReason::is_drop`]), the actor reconnects on the
+//! [`SttConfig::reconnect`] schedule (capped, jittered, a down-time
+//! budget), keeps taking audio meanwhile, and sends again the audio since
+//! the last utterance boundary the provider confirmed (bounded by
+//! [`REPLAY_CAPACITY_BYTES`]), so the utterance in progress is transcribed
+//! whole. It reports [`SttEvent::Reconnecting`] / [`SttEvent::Reconnected`]
+//! and counts attempts ([`SttHandle::reconnects`]); `Closed` comes only
+//! when the budget is spent, a refusal is final, or the caller closes.
 //!
 //! How to drive it:
 //!
@@ -52,6 +62,8 @@ pub mod assembler;
 pub mod config;
 pub mod error;
 pub mod event;
+mod replay;
+mod resume;
 mod session;
 // Public only so the fuzz targets in `fuzz/` can reach the parser.
 #[doc(hidden)]
@@ -61,4 +73,6 @@ pub use assembler::{Utterance, UtteranceAssembler, UtteranceBoundary};
 pub use config::{SttConfig, SttEncoding};
 pub use error::{ErrorSource, SttError};
 pub use event::{CloseKind, CloseReason, CloseSummary, StreamMetadata, SttEvent, Transcript};
+pub use reconnect::{ReconnectPolicy, Tally as ReconnectTally};
+pub use replay::REPLAY_CAPACITY_BYTES;
 pub use session::{AUDIO_CAPACITY, EVENT_CAPACITY, SttEvents, SttHandle, connect};

@@ -13,6 +13,7 @@ use tracing::Instrument;
 
 use crate::actor::{Actor, Command, Shared};
 use crate::event::{CloseSummary, SttEvent};
+use crate::replay::Replay;
 use crate::{SttConfig, SttError};
 
 /// Audio frames queued for the socket: 100 × 20 ms = 2 s. When full, the
@@ -80,8 +81,9 @@ pub async fn connect(cfg: &SttConfig, label: &str) -> Result<(SttHandle, SttEven
         commands: cmd_rx,
         events: event_tx,
         shared: Arc::clone(&shared),
-        keepalive_interval: cfg.keepalive_interval,
-        close_timeout: cfg.close_timeout,
+        replay: Replay::new(cfg.encoding, cfg.sample_rate),
+        backoff: reconnect::Backoff::connected(cfg.reconnect, seed(label)),
+        cfg: cfg.clone(),
     };
     tokio::spawn(actor.run().instrument(span));
     let handle = SttHandle {
@@ -95,7 +97,16 @@ pub async fn connect(cfg: &SttConfig, label: &str) -> Result<(SttHandle, SttEven
     Ok((handle, SttEvents { rx: event_rx }))
 }
 
-async fn open(cfg: &SttConfig) -> Result<(crate::actor::Ws, Option<String>), SttError> {
+/// A jitter seed from the session label, so calls dropped together spread
+/// their retries.
+fn seed(label: &str) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    label.hash(&mut h);
+    h.finish()
+}
+
+pub(crate) async fn open(cfg: &SttConfig) -> Result<(crate::actor::Ws, Option<String>), SttError> {
     let mut request =
         cfg.request_url()
             .into_client_request()
@@ -164,10 +175,21 @@ fn connect_error(url: &str, e: tungstenite::Error) -> SttError {
     match e {
         tungstenite::Error::Http(response) => {
             let body = response.body().as_deref().unwrap_or_default();
+            // Deepgram repeats the refusal in a `dg-error` header, which
+            // survives proxies that drop the body.
+            let header = response
+                .headers()
+                .get("dg-error")
+                .and_then(|v| v.to_str().ok())
+                .map(str::as_bytes);
+            let message = match header {
+                Some(h) if body.is_empty() => rejection_message(h),
+                _ => rejection_message(body),
+            };
             SttError::Rejected {
                 url: url.to_owned(),
                 status: response.status().as_u16(),
-                message: rejection_message(body),
+                message,
             }
         }
         tungstenite::Error::Url(reason) => SttError::InvalidConfig {
@@ -263,6 +285,16 @@ impl SttHandle {
     /// Audio frames dropped because the queue was full.
     pub fn dropped_audio_frames(&self) -> u64 {
         self.shared.dropped_audio.load(Ordering::Relaxed)
+    }
+
+    /// Mid-call reconnects of this session so far (drops, attempts,
+    /// successes, capacity refusals, down time).
+    pub fn reconnects(&self) -> reconnect::Tally {
+        *self
+            .shared
+            .reconnects
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Events dropped because the consumer did not keep up.

@@ -8,7 +8,7 @@ use callgate_sim::stt::{SttSim, SttSimConfig};
 use media::g711;
 use media::synth::SpeechSynth;
 use stt_client::{
-    CloseKind, ErrorSource, SttConfig, SttError, SttEvent, SttEvents, SttHandle,
+    CloseKind, ErrorSource, ReconnectPolicy, SttConfig, SttError, SttEvent, SttEvents, SttHandle,
     UtteranceAssembler, UtteranceBoundary,
 };
 use tokio::net::TcpListener;
@@ -368,9 +368,11 @@ async fn an_injected_provider_close_arrives_as_net_0000() {
         ..SttSimConfig::default()
     })
     .await;
-    let (stt, events) = stt_client::connect(&client_cfg(sim.addr), "fault")
-        .await
-        .unwrap();
+    let cfg = SttConfig {
+        reconnect: ReconnectPolicy::never(),
+        ..client_cfg(sim.addr)
+    };
+    let (stt, events) = stt_client::connect(&cfg, "fault").await.unwrap();
     let events = collect(events).await.unwrap();
     let reason = closed_reason(&events);
     assert_eq!(
@@ -399,4 +401,129 @@ async fn a_server_that_never_upgrades_times_out() {
     assert!(matches!(err, SttError::ConnectTimeout { .. }), "{err}");
     assert!(err.is_retryable());
     drop(silent);
+}
+
+/// The caller's two utterances of the reconnect tests. Audio goes faster
+/// than real time, so the drop (after 1.2 s of audio) is awaited before the
+/// rest is sent: otherwise it could land during the final close.
+async fn two_utterances(stt: &SttHandle) {
+    let mut synth = SpeechSynth::new(8_000, 17);
+    send_all(stt, &synth.silence(500)).await;
+    send_all(stt, &synth.utterance(1_500)).await;
+    let reconnected = timeout(DEADLINE, async {
+        while stt.reconnects().reconnected == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(reconnected.is_ok(), "no reconnect: {:?}", stt.reconnects());
+    for part in [
+        synth.silence(1_500),
+        synth.utterance(1_000),
+        synth.silence(1_500),
+    ] {
+        send_all(stt, &part).await;
+    }
+}
+
+#[tokio::test]
+async fn a_drop_mid_utterance_reconnects_and_the_utterance_is_transcribed_whole() {
+    // 1.2 s of audio is inside the first utterance (0.5–2.0 s).
+    let sim = start_sim(SttSimConfig {
+        drop_at_audio_ms: Some(1_200),
+        faulty_sessions: Some(1),
+        ..SttSimConfig::default()
+    })
+    .await;
+    let script = sim.sim.config().script;
+    let (stt, events) = stt_client::connect(&client_cfg(sim.addr), "drop")
+        .await
+        .unwrap();
+    let collector = collect(events);
+    two_utterances(&stt).await;
+    let tally = stt.reconnects();
+    let summary = stt.close().await.unwrap();
+    let events = collector.await.unwrap();
+
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            SttEvent::Reconnecting {
+                attempt: 1,
+                capacity: false,
+                ..
+            }
+        )),
+        "{events:#?}"
+    );
+    let resumed: Vec<f64> = events
+        .iter()
+        .filter_map(|e| match e {
+            SttEvent::Reconnected {
+                replayed_seconds, ..
+            } => Some(*replayed_seconds),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resumed.len(), 1, "{events:#?}");
+    assert!(
+        resumed[0] >= 1.2,
+        "the utterance's audio is sent again: {resumed:?}"
+    );
+    let mut assembler = UtteranceAssembler::new();
+    let texts: Vec<String> = events
+        .iter()
+        .filter_map(|e| assembler.push(e))
+        .map(|u| u.text)
+        .collect();
+    assert_eq!(texts, [script[0].as_str(), script[1].as_str()]);
+    assert_eq!(
+        (tally.drops, tally.attempts, tally.reconnected),
+        (1, 1, 1),
+        "{tally:?}"
+    );
+    assert!(summary.close.is_normal(), "{:?}", summary.close);
+    wait_no_open_sessions(&sim.sim).await;
+    assert_eq!(sim.sim.stats().total_sessions, 2);
+}
+
+#[tokio::test]
+async fn a_provider_down_past_the_budget_closes_the_session_with_the_attempts_counted() {
+    let sim = start_sim(SttSimConfig {
+        drop_at_audio_ms: Some(300),
+        down_after_fault_ms: Some(60_000),
+        ..SttSimConfig::default()
+    })
+    .await;
+    let cfg = SttConfig {
+        reconnect: ReconnectPolicy {
+            initial_ms: 50,
+            max_ms: 100,
+            budget_ms: 600,
+            max_attempts: 20,
+            ..ReconnectPolicy::default()
+        },
+        ..client_cfg(sim.addr)
+    };
+    let (stt, events) = stt_client::connect(&cfg, "down").await.unwrap();
+    let collector = collect(events);
+    let mut synth = SpeechSynth::new(8_000, 3);
+    let audio = synth.silence(400);
+    send_all(&stt, &audio).await;
+    // Keep talking while it is down: audio is taken, never refused.
+    let more = synth.utterance(500);
+    for frame in g711::encode_ulaw(&more).chunks(160) {
+        if stt.send_audio(frame.to_vec()).is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let events = collector.await.unwrap();
+    let reason = closed_reason(&events);
+    assert!(reason.reason.contains("reconnect gave up"), "{reason:?}");
+    let tally = stt.reconnects();
+    assert_eq!(tally.drops, 1);
+    assert!(tally.attempts >= 1 && tally.reconnected == 0, "{tally:?}");
+    assert_eq!(tally.down_refusals, tally.attempts, "{tally:?}");
+    assert_eq!(tally.capacity_refusals, 0);
 }

@@ -75,6 +75,7 @@ pub fn client_for(addr: SocketAddr, open_timeout: Duration) -> DialogClient {
         connect_timeout: Duration::from_secs(5),
         open_timeout,
         channels: 2,
+        ..DialogConfig::default()
     })
     .unwrap()
 }
