@@ -1,5 +1,5 @@
-//! TTS provider frames: `tts_client::wire::parse` on arbitrary text, and
-//! `ContextId::from_wire` on the same text.
+//! ElevenLabs TTS frames: `tts_client::wire::elevenlabs::parse` on
+//! arbitrary text, and `ContextId::from_wire` on the same text.
 //!
 //! Invariants (stated and asserted in the one shared file,
 //! `crates/tts-client/src/wire_fuzz_tests.rs`, which the stable smoke twin
@@ -11,7 +11,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tts_client::ContextId;
-use tts_client::wire::*;
+use tts_client::wire::elevenlabs::*;
 
 #[path = "../../crates/tts-client/src/wire_fuzz_tests.rs"]
 mod invariants;

@@ -1,26 +1,26 @@
-//! The session actor: the one task that owns the provider socket. It
-//! selects over caller commands, provider frames and its own deadline
-//! (keep-alive and closing contexts), and ends on every path with exactly
-//! one terminal reason.
+//! The session actor: the one task that owns the provider socket. While
+//! the socket is up it selects over caller commands, provider frames and
+//! its own deadline (keep-alive and closing contexts); while it is down
+//! (see `outage.rs`) over caller commands and the next reconnect attempt.
+//! It ends on every path with exactly one terminal reason.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt as _, StreamExt as _};
-use tokio::net::TcpStream;
+use reconnect::Backoff;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::TtsEvent;
+use crate::config::TtsConfig;
 use crate::context::{ContextId, CtxState, Shared};
 use crate::error::CloseReason;
+use crate::link::Ws;
 use crate::tracker::{Action, Tracker};
-use crate::wire::{self, Inbound};
-
-pub(crate) type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+use crate::wire::{Behaviour, Inbound, Vendor};
 
 /// An event the consumer leaves untaken this long means it stopped
 /// reading; the session ends (`ConsumerStalled`) rather than hold the
@@ -42,27 +42,38 @@ pub(crate) enum Command {
     CloseSocket(oneshot::Sender<CloseReason>),
 }
 
-/// How the main loop ended.
-enum Exit {
-    /// We end the session: run the closing handshake, then report `why`.
+/// Why a step stopped the loop.
+pub(crate) enum Exit {
+    /// We end the session: run the closing handshake if a socket is up,
+    /// then report `why`.
     Local {
         ack: Option<oneshot::Sender<CloseReason>>,
         why: CloseReason,
     },
-    /// The socket is already gone.
-    Remote(CloseReason),
+    /// The socket is gone: reconnect if the policy and the reason allow.
+    Dropped(CloseReason),
+    /// The session is over, no socket is up: report this.
+    Over(CloseReason),
 }
 
-type Step = Result<(), Exit>;
+pub(crate) type Step = Result<(), Exit>;
 
 pub(crate) struct Actor {
-    ws: Ws,
-    cmds: mpsc::Receiver<Command>,
-    events: mpsc::Sender<TtsEvent>,
-    shared: Arc<Shared>,
-    tracker: Tracker,
-    keepalive: Duration,
-    close_timeout: Duration,
+    /// `None` while reconnecting.
+    pub(crate) ws: Option<Ws>,
+    pub(crate) cmds: mpsc::Receiver<Command>,
+    pub(crate) events: mpsc::Sender<TtsEvent>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) tracker: Tracker,
+    pub(crate) vendor: Vendor,
+    pub(crate) behaviour: Behaviour,
+    /// Reconnect attempts dial with this.
+    pub(crate) cfg: TtsConfig,
+    pub(crate) backoff: Backoff,
+    /// The provider sent a capacity error on the current socket.
+    pub(crate) capacity_seen: bool,
+    /// While down: when the next attempt starts.
+    pub(crate) retry_at: Instant,
     last_sent: Instant,
 }
 
@@ -72,17 +83,23 @@ impl Actor {
         cmds: mpsc::Receiver<Command>,
         events: mpsc::Sender<TtsEvent>,
         shared: Arc<Shared>,
-        keepalive: Duration,
-        close_timeout: Duration,
+        cfg: &TtsConfig,
     ) -> Self {
+        let vendor = Vendor::new(cfg);
+        let behaviour = vendor.behaviour();
+        let seed = label_seed(&shared.label);
         Actor {
-            ws,
+            ws: Some(ws),
             cmds,
             events,
             shared,
-            tracker: Tracker::new(close_timeout),
-            keepalive,
-            close_timeout,
+            tracker: Tracker::new(cfg.close_timeout, behaviour.close_waits_for_audio),
+            vendor,
+            behaviour,
+            cfg: cfg.clone(),
+            backoff: Backoff::connected(cfg.reconnect, seed),
+            capacity_seen: false,
+            retry_at: Instant::now(),
             last_sent: Instant::now(),
         }
     }
@@ -90,7 +107,7 @@ impl Actor {
     /// Runs the session to its end.
     pub async fn run(mut self) {
         let (ack, reason) = match self.main_loop().await {
-            Exit::Remote(reason) => (None, reason),
+            Exit::Over(reason) | Exit::Dropped(reason) => (None, reason),
             Exit::Local { ack, why } => (ack, self.close_socket(why).await),
         };
         if reason.is_clean() {
@@ -98,6 +115,7 @@ impl Actor {
         } else {
             tracing::warn!(%reason, "tts session ended");
         }
+        self.shared.set_tally(self.backoff.tally());
         self.shared.set_terminal(reason.clone());
         if let Some(ack) = ack {
             let _ = ack.send(reason.clone());
@@ -109,11 +127,14 @@ impl Actor {
 
     async fn main_loop(&mut self) -> Exit {
         loop {
-            let deadline = self.next_deadline();
-            let step = tokio::select! {
-                cmd = self.cmds.recv() => self.on_command(cmd).await,
-                frame = self.ws.next() => self.on_frame(frame).await,
-                () = tokio::time::sleep_until(deadline) => self.on_timeout().await,
+            let step = if self.ws.is_some() {
+                self.step_up().await
+            } else {
+                self.step_down().await
+            };
+            let step = match step {
+                Err(Exit::Dropped(reason)) => self.on_drop(reason).await,
+                other => other,
             };
             if let Err(exit) = step {
                 return exit;
@@ -121,8 +142,20 @@ impl Actor {
         }
     }
 
+    async fn step_up(&mut self) -> Step {
+        let deadline = self.next_deadline();
+        let Some(ws) = self.ws.as_mut() else {
+            return Ok(());
+        };
+        tokio::select! {
+            cmd = self.cmds.recv() => self.on_command(cmd).await,
+            frame = ws.next() => self.on_frame(frame).await,
+            () = tokio::time::sleep_until(deadline) => self.on_timeout().await,
+        }
+    }
+
     fn next_deadline(&self) -> Instant {
-        let keepalive = self.last_sent + self.keepalive;
+        let keepalive = self.last_sent + self.cfg.keepalive_interval;
         match self.tracker.next_deadline() {
             Some(t) => keepalive.min(Instant::from_std(t)),
             None => keepalive,
@@ -132,27 +165,23 @@ impl Actor {
     async fn on_command(&mut self, cmd: Option<Command>) -> Step {
         let now = Instant::now().into_std();
         match cmd {
-            None => Err(Exit::Local {
-                ack: None,
-                why: CloseReason::Requested,
-            }),
-            Some(Command::CloseSocket(ack)) => Err(Exit::Local {
-                ack: Some(ack),
-                why: CloseReason::Requested,
-            }),
+            None => Err(requested(None)),
+            Some(Command::CloseSocket(ack)) => Err(requested(Some(ack))),
             Some(Command::Open(id)) => {
                 tracing::debug!(context = %id, "context open");
                 self.tracker.open(id, now);
-                self.send(wire::init(id)).await
+                self.send_opt(self.vendor.open(id)).await
             }
             Some(Command::Text(id, text)) => {
-                self.tracker.sent(id, wire::voiced_chars(&text));
-                self.send(wire::text(id, &text)).await
+                self.tracker.sent(id, &text);
+                self.send(self.vendor.text(id, &text)).await
             }
-            Some(Command::Flush(id)) => self.send(wire::flush(id)).await,
+            Some(Command::Flush(id)) => self.send(self.vendor.flush(id)).await,
             Some(Command::Close(id)) => {
                 tracing::debug!(context = %id, "context closing");
-                self.send(wire::flush(id)).await?;
+                if self.behaviour.close_waits_for_audio {
+                    self.send(self.vendor.flush(id)).await?;
+                }
                 let action = self.tracker.close(id, now);
                 self.apply(action).await
             }
@@ -172,14 +201,16 @@ impl Actor {
             Some(Ok(Message::Text(text))) => self.on_text(text.as_str()).await,
             Some(Ok(Message::Close(frame))) => {
                 // Reading on flushes tungstenite's automatic close reply.
-                let _ = tokio::time::timeout(self.close_timeout, self.ws.next()).await;
-                Err(Exit::Remote(provider_closed(frame)))
+                if let Some(ws) = self.ws.as_mut() {
+                    let _ = tokio::time::timeout(self.cfg.close_timeout, ws.next()).await;
+                }
+                Err(Exit::Dropped(provider_closed(frame)))
             }
             Some(Ok(_)) => Ok(()), // binary, ping, pong: nothing for us
-            Some(Err(e)) => Err(Exit::Remote(CloseReason::ConnectionLost {
+            Some(Err(e)) => Err(Exit::Dropped(CloseReason::ConnectionLost {
                 message: e.to_string(),
             })),
-            None => Err(Exit::Remote(CloseReason::ConnectionLost {
+            None => Err(Exit::Dropped(CloseReason::ConnectionLost {
                 message: "connection closed without a close frame".into(),
             })),
         }
@@ -187,37 +218,42 @@ impl Actor {
 
     async fn on_text(&mut self, text: &str) -> Step {
         let now = Instant::now().into_std();
-        match wire::parse(text) {
+        match self.vendor.parse(text) {
             Ok(Inbound::Audio {
                 context: Some(id),
                 bytes,
                 aligned_chars,
             }) => {
-                let action = self.tracker.heard(id, aligned_chars, now);
-                match self.shared.state(id) {
-                    Some(CtxState::Open | CtxState::Closing) => {
-                        self.emit(TtsEvent::Audio { context: id, bytes }).await?;
-                    }
-                    Some(CtxState::Cancelled) => self.shared.count_late_audio(),
-                    None => tracing::debug!(context = %id, "audio for an unknown context dropped"),
-                }
+                let played = self.cfg.output_format.duration_of(bytes.len());
+                let action = self.tracker.heard(id, aligned_chars, played, now);
+                self.on_audio(id, bytes).await?;
                 self.apply(action).await
             }
-            Ok(Inbound::Final { context: Some(id) }) => {
-                self.tracker.finalised(id);
-                if self.shared.state(id).is_none() {
-                    tracing::debug!(context = %id, "final for an unknown context ignored");
-                    return Ok(());
-                }
-                tracing::debug!(context = %id, "context final");
-                self.emit(TtsEvent::ContextFinal { context: id }).await
+            Ok(Inbound::Aligned {
+                context: Some(id),
+                words,
+            }) => {
+                self.tracker.heard_words(id, words, now);
+                Ok(())
             }
-            Ok(Inbound::Error { message }) => {
-                tracing::warn!(%message, "tts provider error");
-                self.emit(TtsEvent::ProviderError { message }).await
+            Ok(Inbound::Final { context: Some(id) }) => self.finalise(id).await,
+            Ok(Inbound::Error {
+                context,
+                message,
+                capacity,
+                ends_context,
+            }) => {
+                tracing::warn!(%message, capacity, "tts provider error");
+                self.capacity_seen |= capacity;
+                self.emit(TtsEvent::ProviderError { message }).await?;
+                match context {
+                    Some(id) if ends_context => self.finalise(id).await,
+                    _ => Ok(()),
+                }
             }
             Ok(
                 Inbound::Audio { context: None, .. }
+                | Inbound::Aligned { context: None, .. }
                 | Inbound::Final { context: None }
                 | Inbound::Other,
             ) => Ok(()),
@@ -228,12 +264,39 @@ impl Actor {
         }
     }
 
+    async fn on_audio(&mut self, id: ContextId, bytes: Vec<u8>) -> Step {
+        match self.shared.state(id) {
+            Some(CtxState::Open | CtxState::Closing) => {
+                self.emit(TtsEvent::Audio { context: id, bytes }).await
+            }
+            Some(CtxState::Cancelled) => {
+                self.shared.count_late_audio();
+                Ok(())
+            }
+            None => {
+                tracing::debug!(context = %id, "audio for an unknown context dropped");
+                Ok(())
+            }
+        }
+    }
+
+    /// The context is over (provider final, error or local decision):
+    /// forget it and tell the caller, once.
+    pub(crate) async fn finalise(&mut self, id: ContextId) -> Step {
+        if !self.tracker.finalised(id) || self.shared.state(id).is_none() {
+            tracing::debug!(context = %id, "final for an unknown context ignored");
+            return Ok(());
+        }
+        tracing::debug!(context = %id, "context final");
+        self.emit(TtsEvent::ContextFinal { context: id }).await
+    }
+
     async fn on_timeout(&mut self) -> Step {
         let now = Instant::now();
-        if now >= self.last_sent + self.keepalive {
+        if now >= self.last_sent + self.cfg.keepalive_interval {
             // Name the live context so its own inactivity timer resets too.
-            self.send(wire::keepalive(self.tracker.live_context()))
-                .await?;
+            let live = self.tracker.live_context();
+            self.send(self.vendor.keepalive(live)).await?;
         }
         for action in self.tracker.on_timeout(now.into_std()) {
             self.apply(Some(action)).await?;
@@ -241,18 +304,25 @@ impl Actor {
         Ok(())
     }
 
-    async fn apply(&mut self, action: Option<Action>) -> Step {
+    pub(crate) async fn apply(&mut self, action: Option<Action>) -> Step {
         match action {
             None => Ok(()),
-            Some(Action::SendClose(id)) => self.send(wire::close_context(id)).await,
+            Some(Action::SendClose(id)) => self.send(self.vendor.close(id)).await,
+            Some(Action::SendCancel(id)) => {
+                self.send(self.vendor.cancel(id)).await?;
+                if self.behaviour.cancel_confirmed {
+                    return Ok(());
+                }
+                // No final follows a Cartesia cancel: end it here.
+                self.finalise(id).await
+            }
             // The provider never finalised this context (e.g. ElevenLabs
             // withholding `isFinal` for a context that got no text): end
             // THAT context locally with its `ContextFinal`; the session and
             // every other context carry on. Late audio for it is dropped.
             Some(Action::FinalOverdue(id)) => {
-                self.tracker.finalised(id);
                 self.shared.count_final_overdue();
-                if self.shared.state(id).is_none() {
+                if !self.tracker.finalised(id) || self.shared.state(id).is_none() {
                     return Ok(());
                 }
                 tracing::warn!(context = %id, "no final within close_timeout: context ended locally");
@@ -262,31 +332,37 @@ impl Actor {
         }
     }
 
-    async fn send(&mut self, text: String) -> Step {
-        match tokio::time::timeout(WS_SEND_TIMEOUT, self.ws.send(Message::Text(text.into()))).await
-        {
+    pub(crate) async fn send_opt(&mut self, msg: Option<Message>) -> Step {
+        match msg {
+            Some(msg) => self.send(msg).await,
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) async fn send(&mut self, msg: Message) -> Step {
+        let Some(ws) = self.ws.as_mut() else {
+            return Ok(()); // down: the resume re-sends what matters
+        };
+        match tokio::time::timeout(WS_SEND_TIMEOUT, ws.send(msg)).await {
             Ok(Ok(())) => {
                 self.last_sent = Instant::now();
                 Ok(())
             }
-            Ok(Err(e)) => Err(Exit::Remote(CloseReason::ConnectionLost {
+            Ok(Err(e)) => Err(Exit::Dropped(CloseReason::ConnectionLost {
                 message: e.to_string(),
             })),
-            Err(_) => Err(Exit::Remote(CloseReason::ConnectionLost {
+            Err(_) => Err(Exit::Dropped(CloseReason::ConnectionLost {
                 message: format!("send blocked for {WS_SEND_TIMEOUT:?}"),
             })),
         }
     }
 
     /// Hands an event to the consumer, waiting at most [`EVENT_SEND_TIMEOUT`].
-    async fn emit(&mut self, event: TtsEvent) -> Step {
+    pub(crate) async fn emit(&mut self, event: TtsEvent) -> Step {
         match tokio::time::timeout(EVENT_SEND_TIMEOUT, self.events.send(event)).await {
             Ok(Ok(())) => Ok(()),
             // The receiver is gone: nobody wants this session any more.
-            Ok(Err(_)) => Err(Exit::Local {
-                ack: None,
-                why: CloseReason::Requested,
-            }),
+            Ok(Err(_)) => Err(requested(None)),
             Err(_) => Err(Exit::Local {
                 ack: None,
                 why: CloseReason::ConsumerStalled,
@@ -294,17 +370,22 @@ impl Actor {
         }
     }
 
-    /// `close_socket`, then wait for the provider's close, all within
-    /// `close_timeout`. Returns the session's terminal reason.
+    /// The closing handshake (when a socket is up) within `close_timeout`.
+    /// Returns the session's terminal reason.
     async fn close_socket(&mut self, why: CloseReason) -> CloseReason {
-        let limit = self.close_timeout;
+        if self.ws.is_none() {
+            return why;
+        }
+        let limit = self.cfg.close_timeout;
         let outcome = tokio::time::timeout(limit, self.close_handshake()).await;
         match outcome {
             Ok(Ok(())) => why,
             Ok(Err(lost)) if why.is_clean() => lost,
             Err(_) => {
                 // The provider did not close: close from our side, briefly.
-                let _ = tokio::time::timeout(Duration::from_millis(200), self.ws.close(None)).await;
+                if let Some(ws) = self.ws.as_mut() {
+                    let _ = tokio::time::timeout(Duration::from_millis(200), ws.close(None)).await;
+                }
                 if why.is_clean() {
                     CloseReason::CloseTimeout
                 } else {
@@ -319,30 +400,40 @@ impl Actor {
         let lost = |e: tokio_tungstenite::tungstenite::Error| CloseReason::ConnectionLost {
             message: e.to_string(),
         };
-        self.ws
-            .send(Message::Text(wire::close_socket().into()))
-            .await
-            .map_err(lost)?;
-        while let Some(frame) = self.ws.next().await {
+        let ask = self.vendor.close_socket();
+        let Some(ws) = self.ws.as_mut() else {
+            return Ok(());
+        };
+        match ask {
+            Some(msg) => ws.send(msg).await.map_err(lost)?,
+            None => ws.close(None).await.map_err(lost)?,
+        }
+        while let Some(frame) = ws.next().await {
             match frame {
-                Ok(Message::Text(text)) => self.on_closing_text(text.as_str()),
+                // While closing, only finals matter; the caller may not be
+                // reading, so nothing here may block.
+                Ok(Message::Text(text)) => {
+                    if let Ok(Inbound::Final { context: Some(id) }) = self.vendor.parse(&text)
+                        && self.tracker.finalised(id)
+                        && self.shared.state(id).is_some()
+                    {
+                        let _ = self.events.try_send(TtsEvent::ContextFinal { context: id });
+                    }
+                }
                 // Keep reading: the next read sends our close reply and ends.
                 Ok(_) => {}
+                Err(tokio_tungstenite::tungstenite::Error::ConnectionClosed) => return Ok(()),
                 Err(e) => return Err(lost(e)),
             }
         }
         Ok(())
     }
+}
 
-    /// While closing, only finals matter; the caller may not be reading,
-    /// so nothing here may block.
-    fn on_closing_text(&mut self, text: &str) {
-        if let Ok(Inbound::Final { context: Some(id) }) = wire::parse(text) {
-            self.tracker.finalised(id);
-            if self.shared.state(id).is_some() {
-                let _ = self.events.try_send(TtsEvent::ContextFinal { context: id });
-            }
-        }
+fn requested(ack: Option<oneshot::Sender<CloseReason>>) -> Exit {
+    Exit::Local {
+        ack,
+        why: CloseReason::Requested,
     }
 }
 
@@ -357,4 +448,12 @@ fn provider_closed(frame: Option<CloseFrame>) -> CloseReason {
             reason: String::new(),
         },
     }
+}
+
+/// FNV-1a of the label: spreads the reconnect jitter of sessions that
+/// drop together, deterministically per session.
+fn label_seed(label: &str) -> u64 {
+    label.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }

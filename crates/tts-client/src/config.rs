@@ -1,9 +1,38 @@
-//! Session configuration and the audio formats a session can ask for.
+//! Session configuration: which provider, how to reach it, the audio
+//! format, the deadlines and the mid-call reconnect policy.
 
 use std::fmt;
 use std::time::Duration;
 
+use reconnect::ReconnectPolicy;
+
 use crate::error::TtsError;
+
+/// Cartesia API version sent as `Cartesia-Version` (one of the dates the
+/// Cartesia docs list: 2024-06-10, 2024-11-13, 2025-04-16, 2026-03-01).
+pub const DEFAULT_CARTESIA_VERSION: &str = "2025-04-16";
+
+/// Which wire protocol a session speaks.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Provider {
+    /// ElevenLabs `multi-stream-input` (`/v1/text-to-speech/{voice}/multi-stream-input`).
+    #[default]
+    ElevenLabs,
+    /// Cartesia `/tts/websocket`.
+    Cartesia,
+}
+
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Provider::ElevenLabs => "elevenlabs",
+            Provider::Cartesia => "cartesia",
+        })
+    }
+}
 
 /// Audio formats callgate asks TTS providers for: what telephony carriers
 /// play without transcoding, or linear PCM for resampling.
@@ -21,7 +50,7 @@ pub enum OutputFormat {
 }
 
 impl OutputFormat {
-    /// The `output_format` query value.
+    /// The ElevenLabs `output_format` query value.
     pub fn as_str(self) -> &'static str {
         match self {
             OutputFormat::Ulaw8000 => "ulaw_8000",
@@ -60,17 +89,23 @@ impl fmt::Display for OutputFormat {
     }
 }
 
-/// How to reach an ElevenLabs-compatible `multi-stream-input` endpoint.
-/// `Debug` never prints the API key.
+/// How to reach a TTS provider. `Debug` never prints the API key.
 #[derive(Clone)]
 pub struct TtsConfig {
-    /// Scheme and authority, e.g. `wss://api.elevenlabs.io` or
-    /// `ws://127.0.0.1:PORT`.
+    /// Which wire protocol: ElevenLabs (default) or Cartesia.
+    pub provider: Provider,
+    /// Scheme and authority, e.g. `wss://api.elevenlabs.io`,
+    /// `wss://api.cartesia.ai` or `ws://127.0.0.1:PORT`.
     pub base_url: String,
+    /// The voice (ElevenLabs voice id, Cartesia voice UUID).
     pub voice_id: String,
+    /// ElevenLabs `model_id` query value, or Cartesia `model_id` field.
     pub model_id: String,
-    /// Sent as the `xi-api-key` header on the upgrade.
+    /// Sent as `xi-api-key` (ElevenLabs) or `X-API-Key` (Cartesia) on the
+    /// upgrade.
     pub api_key: Option<String>,
+    /// `Cartesia-Version` header (Cartesia only).
+    pub cartesia_version: String,
     pub output_format: OutputFormat,
     /// Bound on TCP + TLS + WebSocket handshake.
     pub connect_timeout: Duration,
@@ -80,29 +115,46 @@ pub struct TtsConfig {
     /// Bound on `close()`, and on how long a closing context may go without
     /// audio or its final message (see [`crate::TtsHandle::close_context`]).
     pub close_timeout: Duration,
+    /// How a socket that drops mid-call is reconnected (see the crate
+    /// docs); [`ReconnectPolicy::never`] ends the session at the first drop.
+    pub reconnect: ReconnectPolicy,
 }
 
 impl TtsConfig {
-    /// A configuration with callgate's defaults: μ-law 8 kHz,
-    /// `eleven_flash_v2_5`, 5 s connect, 10 s keep-alive, 3 s close.
+    /// An ElevenLabs configuration with callgate's defaults: μ-law 8 kHz,
+    /// `eleven_flash_v2_5`, 5 s connect, 10 s keep-alive, 3 s close, the
+    /// default reconnect policy.
     pub fn new(base_url: impl Into<String>, voice_id: impl Into<String>) -> Self {
         TtsConfig {
+            provider: Provider::ElevenLabs,
             base_url: base_url.into(),
             voice_id: voice_id.into(),
             model_id: "eleven_flash_v2_5".to_owned(),
             api_key: None,
+            cartesia_version: DEFAULT_CARTESIA_VERSION.to_owned(),
             output_format: OutputFormat::Ulaw8000,
             connect_timeout: Duration::from_secs(5),
             keepalive_interval: Duration::from_secs(10),
             close_timeout: Duration::from_secs(3),
+            reconnect: ReconnectPolicy::default(),
         }
     }
 
-    /// The `multi-stream-input` URL this configuration connects to.
+    /// A Cartesia configuration with the same defaults and model `sonic-3`.
+    pub fn cartesia(base_url: impl Into<String>, voice_id: impl Into<String>) -> Self {
+        TtsConfig {
+            provider: Provider::Cartesia,
+            model_id: "sonic-3".to_owned(),
+            ..TtsConfig::new(base_url, voice_id)
+        }
+    }
+
+    /// The WebSocket URL this configuration connects to.
     ///
     /// # Errors
     /// [`TtsError::InvalidConfig`] when the base URL is not `ws://`/`wss://`,
-    /// an id is empty, or a duration is zero.
+    /// an id or the Cartesia version is empty, a duration is zero, or the
+    /// reconnect policy is incoherent.
     pub fn endpoint(&self) -> Result<String, TtsError> {
         let base = self.base_url.trim_end_matches('/');
         if !(base.starts_with("ws://") || base.starts_with("wss://")) {
@@ -122,6 +174,15 @@ impl TtsConfig {
         if let Some((field, _)) = zero.iter().find(|(_, d)| d.is_zero()) {
             return Err(invalid(field, "must be greater than zero".into()));
         }
+        self.reconnect
+            .validate()
+            .map_err(|e| invalid("reconnect", e.to_string()))?;
+        if self.provider == Provider::Cartesia {
+            if self.cartesia_version.is_empty() {
+                return Err(invalid("cartesia_version", "must not be empty".into()));
+            }
+            return Ok(format!("{base}/tts/websocket"));
+        }
         Ok(format!(
             "{base}/v1/text-to-speech/{}/multi-stream-input?model_id={}&output_format={}",
             encode(&self.voice_id),
@@ -134,14 +195,17 @@ impl TtsConfig {
 impl fmt::Debug for TtsConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TtsConfig")
+            .field("provider", &self.provider)
             .field("base_url", &self.base_url)
             .field("voice_id", &self.voice_id)
             .field("model_id", &self.model_id)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("cartesia_version", &self.cartesia_version)
             .field("output_format", &self.output_format)
             .field("connect_timeout", &self.connect_timeout)
             .field("keepalive_interval", &self.keepalive_interval)
             .field("close_timeout", &self.close_timeout)
+            .field("reconnect", &self.reconnect)
             .finish()
     }
 }
@@ -194,6 +258,41 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn cartesia_endpoint_and_provider_names() {
+        let cfg = TtsConfig::cartesia("wss://api.cartesia.ai/", "voice");
+        assert_eq!(
+            cfg.endpoint().unwrap(),
+            "wss://api.cartesia.ai/tts/websocket"
+        );
+        assert_eq!(cfg.model_id, "sonic-3");
+        let mut bad = cfg.clone();
+        bad.cartesia_version.clear();
+        assert!(matches!(
+            bad.endpoint(),
+            Err(TtsError::InvalidConfig {
+                field: "cartesia_version",
+                ..
+            })
+        ));
+        let mut bad = cfg;
+        bad.reconnect.max_ms = 1;
+        assert!(matches!(
+            bad.endpoint(),
+            Err(TtsError::InvalidConfig {
+                field: "reconnect",
+                ..
+            })
+        ));
+        let p: Provider = serde_json::from_str("\"cartesia\"").unwrap();
+        assert_eq!(p, Provider::Cartesia);
+        assert_eq!(
+            serde_json::to_string(&Provider::ElevenLabs).unwrap(),
+            "\"elevenlabs\""
+        );
+        assert_eq!(Provider::default(), Provider::ElevenLabs);
     }
 
     #[test]

@@ -3,17 +3,29 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use reconnect::Tally;
+
 use crate::error::{CloseReason, TtsError};
+
+/// Text bytes (all contexts together) the handle accepts while the socket
+/// is down and being reconnected: about two minutes of speech, far more
+/// than a reply, so only a caller that keeps streaming into a dead
+/// session reaches it. Past it `send_text` is refused with
+/// [`TtsError::Backpressure`]; the text already accepted is kept and
+/// re-sent on the new socket, and the caller may send again after
+/// [`crate::TtsEvent::Reconnected`].
+pub const RECONNECT_TEXT_CAPACITY: usize = 2_048;
 
 /// The provider's limit of simultaneous contexts per socket. The client
 /// refuses to go past it instead of provoking the provider's 1008 close.
 pub const MAX_CONTEXTS: usize = 5;
 
 /// One generation stream on a socket (one bot turn, usually).
-/// On the wire it is `ctx-<n>`.
+/// On the wire it is `ctx-<n>`, for ElevenLabs and Cartesia alike (both
+/// take any string as a context id).
 #[derive(Copy, Clone, Eq, PartialEq, Hash, Debug, PartialOrd, Ord)]
 pub struct ContextId(pub u64);
 
@@ -62,6 +74,12 @@ pub(crate) struct Shared {
     finals_overdue: AtomicU64,
     /// Set by the actor when the session ends.
     terminal: Mutex<Option<CloseReason>>,
+    /// The actor's reconnect tally, copied after every change.
+    tally: Mutex<Tally>,
+    /// True while the socket is down and being reconnected.
+    reconnecting: AtomicBool,
+    /// Text bytes accepted since the socket went down.
+    held_text: AtomicUsize,
 }
 
 impl Shared {
@@ -72,7 +90,39 @@ impl Shared {
             late_audio_dropped: AtomicU64::new(0),
             finals_overdue: AtomicU64::new(0),
             terminal: Mutex::new(None),
+            tally: Mutex::new(Tally::default()),
+            reconnecting: AtomicBool::new(false),
+            held_text: AtomicUsize::new(0),
         }
+    }
+
+    pub fn tally(&self) -> Tally {
+        *self.tally.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn set_tally(&self, tally: Tally) {
+        *self.tally.lock().unwrap_or_else(PoisonError::into_inner) = tally;
+    }
+
+    /// The socket went down (`true`) or is up again (`false`); either way
+    /// the held-text count starts from zero.
+    pub fn set_reconnecting(&self, down: bool) {
+        self.held_text.store(0, Ordering::Relaxed);
+        self.reconnecting.store(down, Ordering::Relaxed);
+    }
+
+    /// Accounts `bytes` of text while reconnecting; false when that would
+    /// pass [`RECONNECT_TEXT_CAPACITY`] (nothing is accounted then). Always
+    /// true while the socket is up.
+    pub fn hold_text(&self, bytes: usize) -> bool {
+        if !self.reconnecting.load(Ordering::Relaxed) {
+            return true;
+        }
+        self.held_text
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                (held + bytes <= RECONNECT_TEXT_CAPACITY).then_some(held + bytes)
+            })
+            .is_ok()
     }
 
     fn table(&self) -> MutexGuard<'_, HashMap<ContextId, CtxState>> {
@@ -201,5 +251,26 @@ mod tests {
         assert!(s.wants_audio(ContextId(2)));
         s.remove(ContextId(1));
         s.insert(ContextId(9)).unwrap();
+    }
+
+    #[test]
+    fn text_is_held_up_to_the_bound_only_while_reconnecting() {
+        let s = Shared::new("t");
+        assert!(
+            s.hold_text(RECONNECT_TEXT_CAPACITY * 10),
+            "up: no bound here"
+        );
+        s.set_reconnecting(true);
+        assert!(s.hold_text(RECONNECT_TEXT_CAPACITY - 10));
+        assert!(!s.hold_text(11), "past the bound");
+        assert!(s.hold_text(10), "a refusal accounts nothing");
+        assert!(!s.hold_text(1));
+        s.set_reconnecting(false);
+        assert!(s.hold_text(RECONNECT_TEXT_CAPACITY * 10));
+        s.set_reconnecting(true);
+        assert!(
+            s.hold_text(RECONNECT_TEXT_CAPACITY),
+            "a new outage starts at zero"
+        );
     }
 }

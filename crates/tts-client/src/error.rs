@@ -105,6 +105,19 @@ pub enum CloseReason {
     /// deadline; the session was closed rather than buffer without bound.
     #[error("the event consumer stopped reading")]
     ConsumerStalled,
+    /// The socket dropped mid-call and the reconnect policy's budget or
+    /// attempts ran out. `capacity`: the last failure was the provider
+    /// refusing for capacity (429-class) rather than being down. Not worth
+    /// retrying within the call: the budget was the retry.
+    #[error("reconnecting failed after {attempts} attempts (capacity: {capacity}): {last}")]
+    ReconnectFailed {
+        attempts: u32,
+        capacity: bool,
+        last: String,
+    },
+    /// A reconnect's upgrade was refused for good (401, 403, 400…).
+    #[error("the provider refused the reconnect with HTTP {status}: {body}")]
+    RefusedOnReconnect { status: u16, body: String },
 }
 
 impl CloseReason {
@@ -118,7 +131,9 @@ impl CloseReason {
         match self {
             // 1008 is a policy violation: the same traffic fails again.
             CloseReason::ProviderClosed { code, .. } => *code != 1008,
-            CloseReason::Requested => false,
+            CloseReason::Requested
+            | CloseReason::ReconnectFailed { .. }
+            | CloseReason::RefusedOnReconnect { .. } => false,
             _ => true,
         }
     }
@@ -126,9 +141,9 @@ impl CloseReason {
     /// Who is at fault.
     pub fn source_kind(&self) -> ErrorSource {
         match self {
-            CloseReason::ProviderClosed { code: 1008, .. } | CloseReason::Requested => {
-                ErrorSource::Caller
-            }
+            CloseReason::ProviderClosed { code: 1008, .. }
+            | CloseReason::Requested
+            | CloseReason::RefusedOnReconnect { .. } => ErrorSource::Caller,
             CloseReason::ConsumerStalled => ErrorSource::Internal,
             _ => ErrorSource::Provider,
         }
@@ -169,5 +184,22 @@ mod tests {
         };
         assert!(fault.is_retryable());
         assert_eq!(fault.source_kind(), ErrorSource::Provider);
+    }
+
+    #[test]
+    fn a_spent_reconnect_budget_is_not_retried_by_the_call() {
+        let spent = CloseReason::ReconnectFailed {
+            attempts: 8,
+            capacity: true,
+            last: "HTTP 429".into(),
+        };
+        assert!(!spent.is_retryable());
+        assert_eq!(spent.source_kind(), ErrorSource::Provider);
+        let refused = CloseReason::RefusedOnReconnect {
+            status: 401,
+            body: String::new(),
+        };
+        assert!(!refused.is_retryable());
+        assert_eq!(refused.source_kind(), ErrorSource::Caller);
     }
 }

@@ -3,21 +3,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use reconnect::Tally;
 use tokio::sync::{mpsc, oneshot};
-use tokio_tungstenite::tungstenite::Error as WsError;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
-use tokio_tungstenite::tungstenite::http::{HeaderValue, Request};
 use tracing::Instrument as _;
 
-use crate::actor::{Actor, Command, Ws};
+use crate::actor::{Actor, Command};
 use crate::config::TtsConfig;
-use crate::context::{ContextId, CtxState, Shared};
+use crate::context::{ContextId, CtxState, RECONNECT_TEXT_CAPACITY, Shared};
 use crate::error::{CloseReason, TtsError};
+use crate::link;
 
 /// Commands waiting for the actor. Commands are small and the caller (a
 /// call's event loop) must never block on them: they are `try_send`, and a
 /// full queue is refused with [`TtsError::Backpressure`] — it only fills if
-/// the socket or the event consumer has been stuck for a while.
+/// the socket or the event consumer has been stuck for a while. The actor
+/// keeps draining it while reconnecting (text is then held, up to
+/// [`RECONNECT_TEXT_CAPACITY`], for the new socket).
 pub const COMMAND_CAPACITY: usize = 64;
 
 /// Events waiting for the consumer. Audio chunks are ~100–250 ms each, so
@@ -44,38 +45,45 @@ pub enum TtsEvent {
     ContextFinal { context: ContextId },
     /// The provider reported an error; a close usually follows.
     ProviderError { message: String },
+    /// The socket dropped mid-call (or a reconnect attempt failed) and the
+    /// client will dial again after the backoff: `attempt` is the number
+    /// of the attempt about to be made, `capacity` whether the provider
+    /// refused for capacity rather than being down, `error` what happened.
+    /// Commands are still taken meanwhile (see [`TtsHandle::send_text`]).
+    Reconnecting {
+        attempt: u32,
+        capacity: bool,
+        error: String,
+    },
+    /// A new socket is up after `down_for`; `resumed_contexts` live
+    /// contexts were re-opened on it with their unheard text.
+    Reconnected {
+        down_for: Duration,
+        resumed_contexts: usize,
+    },
     /// The session ended. Always the last event.
     Closed(CloseReason),
 }
 
-/// Opens a session: one `multi-stream-input` socket and its actor task.
-/// `label` names the session in logs and errors (e.g. the call id).
+/// Opens a session: one provider socket (`cfg.provider`) and its actor
+/// task. `label` names the session in logs and errors (e.g. the call id).
+/// Only drops *after* this returns are reconnected: a failing first
+/// connect is the caller's to retry or route around.
 ///
 /// # Errors
 /// [`TtsError::InvalidConfig`], [`TtsError::ConnectTimeout`],
 /// [`TtsError::Connect`], or [`TtsError::Rejected`] with the HTTP status
 /// when the provider refuses the upgrade (429: at its concurrency limit).
 pub async fn connect(cfg: &TtsConfig, label: &str) -> Result<(TtsHandle, TtsEvents), TtsError> {
-    let url = cfg.endpoint()?;
-    let request = request(&url, cfg)?;
-    let span = tracing::info_span!("tts_session", label);
-    let ws = open(request, &url, cfg.connect_timeout)
-        .instrument(span.clone())
-        .await?;
+    let span = tracing::info_span!("tts_session", label, provider = %cfg.provider);
+    let ws = link::open(cfg).instrument(span.clone()).await?;
     span.in_scope(
         || tracing::info!(voice = %cfg.voice_id, format = %cfg.output_format, "tts connected"),
     );
     let shared = Arc::new(Shared::new(label));
     let (cmd_tx, cmd_rx) = mpsc::channel(COMMAND_CAPACITY);
     let (ev_tx, ev_rx) = mpsc::channel(EVENT_CAPACITY);
-    let actor = Actor::new(
-        ws,
-        cmd_rx,
-        ev_tx,
-        Arc::clone(&shared),
-        cfg.keepalive_interval,
-        cfg.close_timeout,
-    );
+    let actor = Actor::new(ws, cmd_rx, ev_tx, Arc::clone(&shared), cfg);
     tokio::spawn(actor.run().instrument(span));
     let handle = TtsHandle {
         cmds: cmd_tx,
@@ -88,59 +96,6 @@ pub async fn connect(cfg: &TtsConfig, label: &str) -> Result<(TtsHandle, TtsEven
         done: false,
     };
     Ok((handle, events))
-}
-
-fn request(url: &str, cfg: &TtsConfig) -> Result<Request<()>, TtsError> {
-    let mut req = url
-        .into_client_request()
-        .map_err(|e| TtsError::InvalidConfig {
-            field: "base_url",
-            reason: e.to_string(),
-        })?;
-    if let Some(key) = &cfg.api_key {
-        let mut value = HeaderValue::from_str(key).map_err(|_| TtsError::InvalidConfig {
-            field: "api_key",
-            reason: "not a valid HTTP header value".into(),
-        })?;
-        value.set_sensitive(true);
-        req.headers_mut().insert("xi-api-key", value);
-    }
-    Ok(req)
-}
-
-async fn open(request: Request<()>, url: &str, limit: Duration) -> Result<Ws, TtsError> {
-    if url.starts_with("wss://") {
-        // rustls needs a process-wide crypto provider; installing one that
-        // is already installed is a harmless no-op error.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
-    // 8 KiB instead of tungstenite's 128 KiB read buffer: less memory per
-    // socket and no 128 KiB zero-fill per read (audio chunks are a few KiB).
-    let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
-        .read_buffer_size(8 * 1024);
-    let connecting = tokio_tungstenite::connect_async_with_config(request, Some(config), true);
-    match tokio::time::timeout(limit, connecting).await {
-        Ok(Ok((ws, _response))) => Ok(ws),
-        Ok(Err(WsError::Http(response))) => {
-            let status = response.status().as_u16();
-            let body = response
-                .body()
-                .as_deref()
-                .map(String::from_utf8_lossy)
-                .unwrap_or_default();
-            let body: String = body.chars().take(300).collect();
-            tracing::warn!(status, %body, "tts upgrade refused");
-            Err(TtsError::Rejected { status, body })
-        }
-        Ok(Err(e)) => Err(TtsError::Connect {
-            url: url.to_owned(),
-            message: e.to_string(),
-        }),
-        Err(_) => Err(TtsError::ConnectTimeout {
-            url: url.to_owned(),
-            after: limit,
-        }),
-    }
 }
 
 /// The caller's side of a session: contexts and text go in here; audio
@@ -170,15 +125,24 @@ impl TtsHandle {
 
     /// Appends text to an open context. Providers generate at word
     /// boundaries, so end chunks with a space. Empty text is a no-op.
+    /// While the session is reconnecting the text is held for the new
+    /// socket, up to [`RECONNECT_TEXT_CAPACITY`] bytes in all.
     ///
     /// # Errors
     /// [`TtsError::UnknownContext`], [`TtsError::ContextClosing`],
-    /// [`TtsError::Backpressure`] (command queue full),
+    /// [`TtsError::Backpressure`] (command queue full, or the reconnect
+    /// hold full: the held text is kept, this text is not),
     /// [`TtsError::Closed`] (the session has ended).
     pub fn send_text(&self, id: ContextId, text: &str) -> Result<(), TtsError> {
         self.require_open(id)?;
         if text.is_empty() {
             return Ok(());
+        }
+        if !self.shared.hold_text(text.len()) {
+            return Err(TtsError::Backpressure {
+                label: self.shared.label.clone(),
+                capacity: RECONNECT_TEXT_CAPACITY,
+            });
         }
         self.submit(Command::Text(id, text.to_owned()))
     }
@@ -269,6 +233,13 @@ impl TtsHandle {
     /// [`TtsEvent::ContextFinal`] and the session went on.
     pub fn finals_overdue(&self) -> u64 {
         self.shared.finals_overdue()
+    }
+
+    /// What mid-call reconnecting amounted to so far: drops, attempts,
+    /// successes, capacity and outage refusals, time down. Readable at any
+    /// time, also after the session ended (what a receipt reports).
+    pub fn reconnects(&self) -> Tally {
+        self.shared.tally()
     }
 
     /// True once the session has ended.

@@ -1,13 +1,13 @@
-//! The invariants of the TTS provider message parser — the one copy,
+//! The invariants of the ElevenLabs message parser — the one copy,
 //! shared by the cargo-fuzz target `fuzz/fuzz_targets/tts_client_wire.rs`
 //! and by the stable smoke twin (the `#[cfg(test)]` part at the bottom of
 //! this file).
 //!
 //! This file is included twice, by `#[path]`:
-//! - as `wire::fuzz_tests` (`#[cfg(test)]`), whose parent module is the
-//!   parser itself;
+//! - as `wire::elevenlabs::fuzz_tests` (`#[cfg(test)]`), whose parent
+//!   module is the parser itself;
 //! - as `mod invariants` in the fuzz target, whose crate root has
-//!   `use tts_client::wire::*` and `use tts_client::ContextId`.
+//!   `use tts_client::wire::elevenlabs::*` and `use tts_client::ContextId`.
 //!
 //! So everything here reaches the parser through `super::`, and the part
 //! that needs the mutator or the TTS simulator is compiled only under
@@ -20,6 +20,9 @@
 //!   else `context_id`, equal to `ctx-<n>` as we write it), both inside a
 //!   frame and by `ContextId::from_wire` on any text: a provider that
 //!   mangled our id gets no audio attributed to one of our contexts;
+//! - only a frame with `error` or `message` is an `Error`, a `code` of
+//!   429 makes it a capacity refusal, and it never ends a context by
+//!   itself (a close follows);
 //! - errors say which of the two things went wrong (not JSON, audio not
 //!   base64).
 
@@ -44,6 +47,9 @@ struct Probe {
     camel: Option<String>,
     #[serde(rename = "context_id")]
     snake: Option<String>,
+    error: Option<serde_json::Value>,
+    message: Option<serde_json::Value>,
+    code: Option<serde_json::Value>,
 }
 
 /// What every parse promises, whatever the frame.
@@ -63,7 +69,23 @@ pub fn check_parse(frame: &str) -> Result<Inbound, String> {
             let p = probe();
             check_context(*context, p.camel.or(p.snake));
         }
-        Ok(Inbound::Error { .. } | Inbound::Other) => {}
+        Ok(Inbound::Error {
+            capacity,
+            ends_context,
+            ..
+        }) => {
+            let p = probe();
+            assert!(p.error.is_some() || p.message.is_some());
+            if p.code.is_some_and(|c| c.as_u64() == Some(429)) {
+                assert!(capacity, "code 429 is a capacity refusal");
+            }
+            assert!(
+                !ends_context,
+                "ElevenLabs errors end the socket, not a context"
+            );
+        }
+        Ok(Inbound::Aligned { .. }) => panic!("ElevenLabs aligns inside its audio frames"),
+        Ok(Inbound::Other) => {}
         Err(e) => assert!(
             e.starts_with("unparseable provider message") || e.starts_with("audio is not base64"),
             "{e}"
@@ -92,10 +114,6 @@ pub fn check_context_id(text: &str) -> Option<ContextId> {
 // ---- the stable smoke twin ----------------------------------------------
 
 #[cfg(test)]
-#[path = "../../../fuzz/smoke/mutator.rs"]
-mod mutator;
-
-#[cfg(test)]
 mod smoke {
     //! Mutated ElevenLabs frames must parse into events that keep the
     //! parser's promises, and a simulated provider fed our requests must
@@ -108,9 +126,10 @@ mod smoke {
     use callgate_sim::tts::OutputFormat as SimFormat;
     use callgate_sim::tts::protocol::{CoreParams, Outbound, SocketCore};
 
-    use super::super::{close_context, flush, init, text, voiced_chars};
-    use super::mutator::{Mutator, Rng};
+    use super::super::{close_context, flush, init, text};
     use super::*;
+    use crate::mutator::{Mutator, Rng};
+    use crate::wire::voiced_chars;
 
     const ITERATIONS: usize = 4_000;
     const TOKENS: &[&str] = &[

@@ -11,7 +11,9 @@ use common::{WAIT, audio_until_final, next, start};
 use futures_util::{SinkExt as _, StreamExt as _};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio_tungstenite::tungstenite::{self, Message};
-use tts_client::{CloseReason, ContextId, ErrorSource, OutputFormat, TtsError, TtsEvent, connect};
+use tts_client::{
+    CloseReason, ContextId, ErrorSource, OutputFormat, ReconnectPolicy, TtsError, TtsEvent, connect,
+};
 
 #[tokio::test]
 async fn the_client_refuses_a_sixth_context_and_frees_a_slot_on_final() {
@@ -183,15 +185,15 @@ async fn auth_format_and_injected_refusals_happen_before_the_upgrade() {
 }
 
 #[tokio::test]
-async fn an_injected_close_is_reported_and_the_handle_refuses_further_work() {
+async fn without_reconnects_an_injected_close_is_reported_and_the_handle_refuses_further_work() {
     let sim = start(TtsSimConfig {
         close_after_ms: Some(300),
         ..TtsSimConfig::default()
     })
     .await;
-    let (mut tts, mut events) = connect(&sim.client_config(OutputFormat::Ulaw8000), "fault")
-        .await
-        .unwrap();
+    let mut cfg = sim.client_config(OutputFormat::Ulaw8000);
+    cfg.reconnect = ReconnectPolicy::never();
+    let (mut tts, mut events) = connect(&cfg, "fault").await.unwrap();
     tts.open_context(ContextId(1)).unwrap();
     let TtsEvent::Closed(reason) = next(&mut events).await else {
         panic!("closed expected")
@@ -213,9 +215,9 @@ async fn an_injected_close_is_reported_and_the_handle_refuses_further_work() {
 #[tokio::test]
 async fn simulator_shutdown_closes_open_sockets_with_1001() {
     let sim = start(TtsSimConfig::default()).await;
-    let (_tts, mut events) = connect(&sim.client_config(OutputFormat::Ulaw8000), "shutdown")
-        .await
-        .unwrap();
+    let mut cfg = sim.client_config(OutputFormat::Ulaw8000);
+    cfg.reconnect = ReconnectPolicy::never();
+    let (_tts, mut events) = connect(&cfg, "shutdown").await.unwrap();
     let tts_sim = sim.sim.clone();
     sim.shutdown().await;
     let TtsEvent::Closed(reason) = next(&mut events).await else {
@@ -254,4 +256,39 @@ async fn stats_json(addr: &std::net::SocketAddr) -> serde_json::Value {
         "session snapshot is flattened in: {stats}"
     );
     stats
+}
+
+#[tokio::test]
+async fn a_socket_the_simulator_closes_mid_reply_is_resumed_and_the_reply_completes() {
+    let sim = start(TtsSimConfig {
+        close_after_ms: Some(500),
+        ..TtsSimConfig::default()
+    })
+    .await;
+    let mut cfg = sim.client_config(OutputFormat::Ulaw8000);
+    cfg.reconnect.initial_ms = 20;
+    let (mut tts, mut events) = connect(&cfg, "resumed").await.unwrap();
+    // The simulator reads its config per accepted socket: this one keeps
+    // the 500 ms fault, the reconnect gets a healthy one.
+    sim.sim.set_config(TtsSimConfig::default());
+    let turn = "Thanks for calling Luigi's. I can book a table for four tonight at seven \
+                thirty, under the name Alex Morgan. Shall I confirm that for you? ";
+    tts.open_context(ContextId(1)).unwrap();
+    tts.send_text(ContextId(1), turn).unwrap();
+    tts.close_context(ContextId(1)).unwrap();
+    let audio = audio_until_final(&mut events, ContextId(1)).await;
+    let secs = OutputFormat::Ulaw8000
+        .duration_of(audio.len())
+        .as_secs_f64();
+    let want = common::expected_secs(turn);
+    assert!(
+        (secs - want).abs() <= want * 0.1,
+        "{secs:.2} s, want {want:.2} s"
+    );
+    let tally = tts.reconnects();
+    assert_eq!((tally.drops, tally.reconnected), (1, 1), "{tally:?}");
+    tts.close().await.unwrap();
+    sim.wait_idle().await;
+    assert_eq!(sim.sim.stats().faulted_sessions, 1);
+    sim.shutdown().await;
 }

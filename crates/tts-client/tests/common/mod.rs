@@ -1,6 +1,8 @@
 //! Shared helpers: a simulator on a loopback port and bounded waits.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod fake;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 

@@ -1,11 +1,15 @@
 //! The ElevenLabs `multi-stream-input` JSON messages. Requests use
 //! snake_case `context_id`; responses use camelCase `contextId` (some
-//! deployments send `context_id`, so both are accepted).
+//! deployments send `context_id`, so both are accepted). Errors arrive as
+//! JSON on the open socket, followed by a close; a `code` of 429 or an
+//! `error` of `too_many_concurrent_requests` / `rate_limit_exceeded` is a
+//! capacity refusal.
 
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::json;
 
+pub use super::Inbound;
 use crate::context::ContextId;
 
 /// Creates a context: the text must be exactly one space.
@@ -41,26 +45,6 @@ pub(crate) fn keepalive(live: Option<ContextId>) -> String {
     }
 }
 
-/// A provider message, as far as this client cares.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Inbound {
-    Audio {
-        context: Option<ContextId>,
-        bytes: Vec<u8>,
-        /// Non-whitespace characters this chunk's alignment covers, if the
-        /// provider sent an alignment.
-        aligned_chars: Option<usize>,
-    },
-    Final {
-        context: Option<ContextId>,
-    },
-    Error {
-        message: String,
-    },
-    /// Anything else (future message kinds): ignored.
-    Other,
-}
-
 #[derive(Debug, Deserialize)]
 struct Raw {
     audio: Option<String>,
@@ -77,6 +61,7 @@ struct Raw {
     normalized_alignment: Option<RawAlignment>,
     error: Option<serde_json::Value>,
     message: Option<String>,
+    code: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -118,6 +103,7 @@ pub fn parse(frame: &str) -> Result<Inbound, String> {
             aligned_chars,
         });
     }
+    let capacity = is_capacity(raw.code.as_ref(), raw.error.as_ref());
     match (raw.error, raw.message) {
         (None, None) => Ok(Inbound::Other),
         (error, message) => {
@@ -127,19 +113,28 @@ pub fn parse(frame: &str) -> Result<Inbound, String> {
                 .flatten()
                 .collect::<Vec<_>>()
                 .join(": ");
-            Ok(Inbound::Error { message })
+            Ok(Inbound::Error {
+                context,
+                message,
+                capacity,
+                ends_context: false,
+            })
         }
     }
 }
 
-/// Characters that count towards "all audio arrived": whitespace is not
-/// voiced, and providers differ in whether their alignment includes it.
-pub(crate) fn voiced_chars(text: &str) -> usize {
-    text.chars().filter(|c| !c.is_whitespace()).count()
+/// ElevenLabs' concurrency refusals: `code` 429 (number or string), or the
+/// documented error names.
+fn is_capacity(code: Option<&serde_json::Value>, error: Option<&serde_json::Value>) -> bool {
+    let code_429 = code.is_some_and(|c| c.as_u64() == Some(429) || c.as_str() == Some("429"));
+    let named = error
+        .and_then(serde_json::Value::as_str)
+        .is_some_and(|e| matches!(e, "too_many_concurrent_requests" | "rate_limit_exceeded"));
+    code_429 || named
 }
 
 #[cfg(test)]
-#[path = "wire_fuzz_tests.rs"]
+#[path = "../wire_fuzz_tests.rs"]
 mod fuzz_tests;
 
 #[cfg(test)]
@@ -200,9 +195,21 @@ mod tests {
             parse(r#"{"message":"too many","error":"max_active_conversations","code":1008}"#)
                 .unwrap(),
             Inbound::Error {
-                message: "max_active_conversations: too many".into()
+                context: None,
+                message: "max_active_conversations: too many".into(),
+                capacity: false,
+                ends_context: false,
             }
         );
+        let busy = r#"{"message":"busy","error":"too_many_concurrent_requests","code":429}"#;
+        assert!(matches!(
+            parse(busy).unwrap(),
+            Inbound::Error { capacity: true, .. }
+        ));
+        assert!(matches!(
+            parse(r#"{"message":"slow down","code":"429"}"#).unwrap(),
+            Inbound::Error { capacity: true, .. }
+        ));
         assert_eq!(parse(r#"{"flush_done":true}"#).unwrap(), Inbound::Other);
         // A null alignment falls back to normalizedAlignment, then to none.
         let norm = r#"{"audio":"AAEC","contextId":"ctx-1","alignment":null,
