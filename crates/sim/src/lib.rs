@@ -1,14 +1,18 @@
 //! `callgate-sim` — local stand-ins for the paid providers callgate talks to.
 //!
-//! What it is: three servers that speak the providers' real wire protocols,
+//! What it is: servers that speak the providers' real wire protocols,
 //! so that pointing callgate at the real service later is a URL and key
 //! change:
 //!
 //! - [`stt`]: a Deepgram-compatible live transcription WebSocket
-//!   (`GET /v1/listen`), with energy-based utterance detection on the decoded
+//!   (`GET /v1/listen`), with its own voice-activity detection (the `earshot` neural
+//!   detector, deliberately not the server's `media::vad`) on the decoded
 //!   audio and words taken from a configurable [`script`].
 //! - [`tts`]: an ElevenLabs-compatible `multi-stream-input` WebSocket whose
 //!   audio length is proportional to the text.
+//! - [`cartesia`]: a Cartesia-compatible TTS WebSocket (`GET /tts/websocket`:
+//!   contexts, continuations, cancel, `chunk`/`timestamps`/`done`/`error`),
+//!   audio proportional to the text in each context's requested format.
 //! - [`dialog`]: a gRPC server for `proto/dialog.proto` running a scripted
 //!   slot-filling table-booking bot, plus the HTTP [`tools`] backend its tool
 //!   calls are executed against.
@@ -26,6 +30,7 @@
 //! How to drive it: bind listeners (port 0 in tests) and call
 //! [`Simulators::start`], or each module's `serve` on its own.
 
+pub mod cartesia;
 pub mod dialog;
 pub mod script;
 pub mod stats;
@@ -45,6 +50,7 @@ use tokio_util::sync::CancellationToken;
 pub struct SimConfig {
     pub stt: stt::SttSimConfig,
     pub tts: tts::TtsSimConfig,
+    pub cartesia: cartesia::CartesiaSimConfig,
     pub dialog: dialog::DialogSimConfig,
 }
 
@@ -59,6 +65,9 @@ pub struct SimAddrs {
     pub dialog_grpc: SocketAddr,
     /// Dialog `/stats`, `/admin/config` and the `/tools/{name}` backend.
     pub dialog_http: SocketAddr,
+    /// Cartesia TTS WebSocket (`/tts/websocket`) and its `/stats`,
+    /// `/admin/config`.
+    pub cartesia: SocketAddr,
 }
 
 /// Running simulators. Dropping this does not stop them; call [`Simulators::shutdown`].
@@ -67,6 +76,7 @@ pub struct Simulators {
     pub stt: stt::SttSim,
     pub tts: tts::TtsSim,
     pub dialog: dialog::DialogSim,
+    pub cartesia: cartesia::CartesiaSim,
     cancel: CancellationToken,
     tasks: Vec<JoinHandle<anyhow::Result<()>>>,
 }
@@ -77,36 +87,46 @@ impl Simulators {
         let bind = || TcpListener::bind("127.0.0.1:0");
         Self::start(
             cfg,
-            [bind().await?, bind().await?, bind().await?, bind().await?],
+            [
+                bind().await?,
+                bind().await?,
+                bind().await?,
+                bind().await?,
+                bind().await?,
+            ],
         )
         .await
     }
 
-    /// Starts all simulators on the given listeners: STT, TTS, dialog gRPC,
-    /// dialog HTTP.
-    pub async fn start(cfg: SimConfig, listeners: [TcpListener; 4]) -> anyhow::Result<Self> {
-        let [stt_l, tts_l, dg_l, dh_l] = listeners;
+    /// Starts all simulators on the given listeners: STT, TTS (ElevenLabs),
+    /// dialog gRPC, dialog HTTP, TTS (Cartesia).
+    pub async fn start(cfg: SimConfig, listeners: [TcpListener; 5]) -> anyhow::Result<Self> {
+        let [stt_l, tts_l, dg_l, dh_l, cartesia_l] = listeners;
         let addrs = SimAddrs {
             stt: stt_l.local_addr()?,
             tts: tts_l.local_addr()?,
             dialog_grpc: dg_l.local_addr()?,
             dialog_http: dh_l.local_addr()?,
+            cartesia: cartesia_l.local_addr()?,
         };
         let cancel = CancellationToken::new();
         let stt = stt::SttSim::new(cfg.stt);
         let tts = tts::TtsSim::new(cfg.tts);
         let dialog = dialog::DialogSim::new(cfg.dialog);
+        let cartesia = cartesia::CartesiaSim::new(cfg.cartesia);
         let tasks = vec![
             tokio::spawn(stt.clone().serve(stt_l, cancel.child_token())),
             tokio::spawn(tts.clone().serve(tts_l, cancel.child_token())),
             tokio::spawn(dialog.clone().serve_grpc(dg_l, cancel.child_token())),
             tokio::spawn(dialog.clone().serve_http(dh_l, cancel.child_token())),
+            tokio::spawn(cartesia.clone().serve(cartesia_l, cancel.child_token())),
         ];
         Ok(Simulators {
             addrs,
             stt,
             tts,
             dialog,
+            cartesia,
             cancel,
             tasks,
         })

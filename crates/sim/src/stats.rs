@@ -9,10 +9,17 @@
 //! (sessions accepted per audio format) and a [`RecentSessions`] log of
 //! per-session records (what each session asked for and how much audio went
 //! through it), so a test can check what one call actually negotiated.
+//!
+//! [`FaultScope`] is the one shape of the connection-level fault knobs that
+//! every simulator shares: which sessions a fault may hit
+//! (`faulty_sessions`) and the outage after one (`down_after_fault_ms`),
+//! during which new sessions are refused and counted
+//! ([`StatsSnapshot::refused_while_down`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -24,6 +31,7 @@ pub struct SessionStats {
     total: AtomicU64,
     rejected: AtomicU64,
     faults: AtomicU64,
+    refused_while_down: AtomicU64,
 }
 
 /// A snapshot, as served by `GET /stats`.
@@ -39,6 +47,10 @@ pub struct StatsSnapshot {
     pub rejected_sessions: u64,
     /// Sessions ended by an injected fault.
     pub faulted_sessions: u64,
+    /// Sessions refused because the simulator was down after a fault
+    /// (`down_after_fault_ms`).
+    #[serde(default)]
+    pub refused_while_down: u64,
 }
 
 impl SessionStats {
@@ -70,6 +82,11 @@ impl SessionStats {
         self.faults.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a session refused during an outage (`down_after_fault_ms`).
+    pub fn count_refused_while_down(&self) {
+        self.refused_while_down.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Current counts.
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
@@ -78,6 +95,7 @@ impl SessionStats {
             total_sessions: self.total.load(Ordering::Relaxed),
             rejected_sessions: self.rejected.load(Ordering::Relaxed),
             faulted_sessions: self.faults.load(Ordering::Relaxed),
+            refused_while_down: self.refused_while_down.load(Ordering::Relaxed),
         }
     }
 }
@@ -170,9 +188,84 @@ impl<T> RecentSessions<T> {
     }
 }
 
+/// Whether the connection-level faults apply to session number `session`
+/// (1-based, in the simulator's acceptance order): every session when
+/// `faulty_sessions` is unset, else only the first `faulty_sessions`.
+pub fn is_faulty(faulty_sessions: Option<u64>, session: u64) -> bool {
+    faulty_sessions.is_none_or(|n| session <= n)
+}
+
+/// The outage a simulator goes into after a session was ended by a fault
+/// (`down_after_fault_ms`): until it is over, new sessions are refused.
+/// Sans-IO: every method takes `now`.
+#[derive(Debug, Default)]
+pub struct FaultScope {
+    /// The end of the current outage, if one was ever started; a later
+    /// fault extends it, never shortens it.
+    down_until: Mutex<Option<Instant>>,
+}
+
+impl FaultScope {
+    /// A session was just ended by a fault at `now`: with `down_for` set,
+    /// refuse new sessions until `now + down_for`.
+    pub fn fault_ended_session(&self, now: Instant, down_for: Option<Duration>) {
+        let Some(down_for) = down_for else {
+            return;
+        };
+        let until = now + down_for;
+        // A plain value: a panic elsewhere cannot leave it half-written.
+        let mut down = self
+            .down_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if down.is_none_or(|d| d < until) {
+            *down = Some(until);
+        }
+    }
+
+    /// How much longer the outage lasts at `now`; `None` when the simulator
+    /// is up.
+    pub fn down_for(&self, now: Instant) -> Option<Duration> {
+        let down = *self
+            .down_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        down.filter(|until| *until > now).map(|until| until - now)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn faults_hit_only_the_first_sessions_when_scoped() {
+        assert!(is_faulty(None, 1) && is_faulty(None, 1_000));
+        assert!(is_faulty(Some(1), 1));
+        assert!(!is_faulty(Some(1), 2));
+        assert!(!is_faulty(Some(0), 1), "Some(0) faults nothing");
+    }
+
+    #[test]
+    fn an_outage_starts_at_the_fault_and_ends_after_its_length() {
+        let scope = FaultScope::default();
+        let t0 = Instant::now();
+        assert_eq!(scope.down_for(t0), None, "up before any fault");
+        scope.fault_ended_session(t0, None);
+        assert_eq!(scope.down_for(t0), None, "no outage without a length");
+        scope.fault_ended_session(t0, Some(Duration::from_millis(500)));
+        assert_eq!(
+            scope.down_for(t0 + Duration::from_millis(200)),
+            Some(Duration::from_millis(300))
+        );
+        assert_eq!(scope.down_for(t0 + Duration::from_millis(500)), None);
+        // A shorter outage started later never cuts a longer one short.
+        scope.fault_ended_session(
+            t0 + Duration::from_millis(100),
+            Some(Duration::from_millis(50)),
+        );
+        assert!(scope.down_for(t0 + Duration::from_millis(400)).is_some());
+    }
 
     #[test]
     fn format_counts_and_the_recent_log_are_bounded_and_ordered() {

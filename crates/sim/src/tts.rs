@@ -34,7 +34,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use audio::OutputFormat;
 
-use crate::stats::{FormatCounts, RecentSessions, SessionGuard, SessionStats};
+use crate::stats::{
+    FaultScope, FormatCounts, RecentSessions, SessionGuard, SessionStats, is_faulty,
+};
 use protocol::{Account, AudioTally, CoreParams, SocketCore};
 
 pub use protocol::NullAlignment;
@@ -66,8 +68,19 @@ pub struct TtsSimConfig {
     pub api_key: Option<String>,
     /// Fault: accept text, never send audio.
     pub stall_audio: bool,
-    /// Fault: close every socket (1011) this long after it opened.
+    /// Fault: close every socket (every faulty one, see `faulty_sessions`)
+    /// with 1011 and a reason this long after it opened — a routine
+    /// server-side close, like ElevenLabs' internal errors.
     pub close_after_ms: Option<u64>,
+    /// Fault scope: when set, `close_after_ms` applies only to the first N
+    /// sockets this simulator accepted (its session numbers 1..=N), so a
+    /// reconnected socket is left alone. `None` (default): every socket.
+    pub faulty_sessions: Option<u64>,
+    /// Fault: after a socket was ended by `close_after_ms`, answer every
+    /// upgrade with HTTP 503 (`detail.status` `service_unavailable`) for
+    /// this long, so a client's reconnect budget can be exhausted. Counted
+    /// in [`TtsStats::refused_while_down`]. `None` (default): no outage.
+    pub down_after_fault_ms: Option<u64>,
     /// Fault: refuse every upgrade with this HTTP status.
     pub fail_upgrade_status: Option<u16>,
     /// ElevenLabs documents that a context closed after a flush keeps
@@ -124,6 +137,8 @@ impl Default for TtsSimConfig {
             api_key: None,
             stall_audio: false,
             close_after_ms: None,
+            faulty_sessions: None,
+            down_after_fault_ms: None,
             fail_upgrade_status: None,
             finish_flushed_on_close: false,
             ignore_close_socket: false,
@@ -152,6 +167,9 @@ pub struct TtsStats {
     pub rejected_sessions: u64,
     /// Sockets (or upgrades) ended by an injected fault.
     pub faulted_sessions: u64,
+    /// Upgrades refused (503) during a `down_after_fault_ms` outage.
+    #[serde(default)]
+    pub refused_while_down: u64,
     /// Contexts open across all sockets right now.
     pub open_contexts: u64,
     /// Sockets accepted per `output_format` query value as the simulator
@@ -287,6 +305,8 @@ pub struct TtsSim {
     /// Account-wide usage: generation slots and characters (faults
     /// `max_concurrent_generations`, `quota_chars`).
     account: Arc<Account>,
+    /// The outage after a faulted socket (`down_after_fault_ms`).
+    scope: Arc<FaultScope>,
 }
 
 impl TtsSim {
@@ -302,6 +322,7 @@ impl TtsSim {
             next_session: Arc::new(AtomicU64::new(1)),
             totals: Arc::new(AudioTotals::default()),
             account: Arc::new(Account::default()),
+            scope: Arc::new(FaultScope::default()),
         }
     }
 
@@ -315,6 +336,7 @@ impl TtsSim {
             total_sessions: sessions.total_sessions,
             rejected_sessions: sessions.rejected_sessions,
             faulted_sessions: sessions.faulted_sessions,
+            refused_while_down: sessions.refused_while_down,
             open_contexts: self.open_contexts(),
             output_formats: self.formats.snapshot(),
             audio_bytes: self.totals.bytes.load(Ordering::Relaxed),
@@ -400,14 +422,25 @@ impl TtsSim {
         Ok(())
     }
 
-    /// Admission of one upgrade: faults, auth, parameters, then the cap.
-    /// On success the socket's core parameters and its session guard.
+    /// Admission of one upgrade: outage, faults, auth, parameters, then the
+    /// cap. On success the socket's core parameters and its session guard.
     fn admit(
         &self,
+        cfg: &TtsSimConfig,
         query: &HashMap<String, String>,
         headers: &HeaderMap,
     ) -> Result<(CoreParams, SessionGuard), Refusal> {
-        let cfg = self.config();
+        if let Some(left) = self.scope.down_for(std::time::Instant::now()) {
+            self.stats.count_refused_while_down();
+            return Err(refusal(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "service_unavailable",
+                format!(
+                    "service temporarily unavailable, retry in {} ms",
+                    left.as_millis()
+                ),
+            ));
+        }
         if let Some(status) = cfg.fail_upgrade_status {
             self.stats.count_fault();
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
@@ -428,7 +461,7 @@ impl TtsSim {
             }
         }
         let params = core_params(
-            &cfg,
+            cfg,
             query,
             self.next_socket.fetch_add(1, Ordering::Relaxed),
             Arc::clone(&self.account),
@@ -532,7 +565,8 @@ async fn upgrade(
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
-    let (params, guard) = match served.sim.admit(&query, &headers) {
+    let cfg = served.sim.config();
+    let (mut params, guard) = match served.sim.admit(&cfg, &query, &headers) {
         Ok(admitted) => admitted,
         Err(refused) => {
             tracing::info!(
@@ -549,9 +583,16 @@ async fn upgrade(
     let record = served
         .sim
         .record_session(&params, request, voice_id.clone());
+    if !is_faulty(cfg.faulty_sessions, record.cell.session) {
+        params.close_after = None;
+    }
     let task = socket::SocketTask {
         guard,
         stats: Arc::clone(&served.sim.stats),
+        outage: socket::Outage {
+            scope: Arc::clone(&served.sim.scope),
+            down_for: cfg.down_after_fault_ms.map(Duration::from_millis),
+        },
         open_contexts: Arc::clone(&served.sim.open_contexts),
         cancel: served.cancel.child_token(),
         socket_no: params.seed,

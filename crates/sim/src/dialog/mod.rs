@@ -7,12 +7,20 @@
 //! whether the *client* closed what it opened. Beyond `max_streams` the
 //! stream is refused with `RESOURCE_EXHAUSTED`; HTTP/2's own stream limit is
 //! set far higher so the cap is ours, not h2's.
+//!
+//! A stream that ends without `SessionEnd` (an injected fault, the client
+//! vanishing) leaves its conversation in a bounded [`resume::ResumeStore`];
+//! `SessionStart{resume: true}` for the same `call_id` continues it with no
+//! greeting (see [`resume`] for what is kept and why a re-sent turn gets
+//! the same reply).
 
 pub mod bot;
+pub mod resume;
 mod session;
 pub mod slots;
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -29,7 +37,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::{info, warn};
 
-use crate::stats::{SessionStats, StatsSnapshot};
+use crate::stats::{FaultScope, SessionStats, StatsSnapshot};
 use crate::tools::{self, ToolStats, ToolStatsSnapshot};
 
 /// Generated `callgate.dialog.v1` server and wire types (the simulator's
@@ -71,8 +79,20 @@ pub struct DialogSimConfig {
     /// Fault: accept user turns but never answer them (the greeting still
     /// comes, so the call gets established first).
     pub stall_replies: bool,
-    /// Fault: end each stream with `UNAVAILABLE` this long after it opened.
+    /// Fault: end each stream (each faulty one, see `faulty_sessions`) with
+    /// `UNAVAILABLE` this long after it opened. Its conversation is kept for
+    /// a resume.
     pub close_after_ms: Option<u64>,
+    /// Fault scope: when set, `close_after_ms` applies only to the first N
+    /// `Converse` streams this simulator accepted (its stream numbers
+    /// 1..=N), so a resumed stream is left alone. `None` (default): every
+    /// stream.
+    pub faulty_sessions: Option<u64>,
+    /// Fault: after a stream was ended by `close_after_ms`, refuse every new
+    /// `Converse` with `UNAVAILABLE` for this long, so a client's reconnect
+    /// budget can be exhausted. Counted in `refused_while_down` of
+    /// `/stats`. `None` (default): no outage.
+    pub down_after_fault_ms: Option<u64>,
 }
 
 impl Default for DialogSimConfig {
@@ -85,6 +105,8 @@ impl Default for DialogSimConfig {
             tool_delay_ms: 300,
             stall_replies: false,
             close_after_ms: None,
+            faulty_sessions: None,
+            down_after_fault_ms: None,
         }
     }
 }
@@ -110,6 +132,12 @@ pub struct DialogSim {
     config: Arc<RwLock<DialogSimConfig>>,
     stats: Arc<SessionStats>,
     tools: Arc<ToolStats>,
+    /// The outage after a faulted stream (`down_after_fault_ms`).
+    scope: Arc<FaultScope>,
+    /// Conversations kept for resumed streams.
+    store: Arc<resume::ResumeStore>,
+    /// Numbers accepted streams, from 1 (the `faulty_sessions` scope).
+    next_stream: Arc<AtomicU64>,
 }
 
 impl DialogSim {
@@ -119,6 +147,50 @@ impl DialogSim {
             config: Arc::new(RwLock::new(cfg)),
             stats: Arc::new(SessionStats::default()),
             tools: Arc::new(ToolStats::default()),
+            scope: Arc::new(FaultScope::default()),
+            store: Arc::new(resume::ResumeStore::default()),
+            next_stream: Arc::new(AtomicU64::new(1)),
+        }
+    }
+
+    /// Calls whose conversation is kept for a resume right now.
+    pub fn kept_conversations(&self) -> usize {
+        self.store.len()
+    }
+
+    /// Decides a new `Converse` at `now`: `UNAVAILABLE` during an outage
+    /// (`down_after_fault_ms`), `RESOURCE_EXHAUSTED` at the cap, else the
+    /// stream's place in the counts.
+    fn admit(&self, now: std::time::Instant) -> Result<crate::stats::SessionGuard, Status> {
+        if let Some(left) = self.scope.down_for(now) {
+            self.stats.count_refused_while_down();
+            warn!(?left, "dialog stream refused: down after a fault");
+            return Err(Status::unavailable(format!(
+                "dialog simulator down after a fault, back in {} ms",
+                left.as_millis()
+            )));
+        }
+        let cap = self.config().max_streams;
+        self.stats.try_open(cap).ok_or_else(|| {
+            warn!(cap, "dialog stream refused at cap");
+            Status::resource_exhausted(format!("dialog simulator at its cap of {cap} streams"))
+        })
+    }
+
+    /// The context of a stream just accepted under the cap.
+    fn session_ctx(
+        &self,
+        guard: crate::stats::SessionGuard,
+        shutdown: CancellationToken,
+    ) -> session::SessionCtx {
+        session::SessionCtx {
+            config: Arc::clone(&self.config),
+            stats: Arc::clone(&self.stats),
+            scope: Arc::clone(&self.scope),
+            store: Arc::clone(&self.store),
+            stream_no: self.next_stream.fetch_add(1, Ordering::Relaxed),
+            shutdown,
+            guard,
         }
     }
 
@@ -254,20 +326,9 @@ impl pb::dialog_server::Dialog for DialogService {
         &self,
         request: Request<Streaming<pb::ClientMessage>>,
     ) -> Result<Response<EventStream>, Status> {
-        let cap = self.sim.config().max_streams;
-        let Some(guard) = self.sim.stats.try_open(cap) else {
-            warn!(cap, "dialog stream refused at cap");
-            return Err(Status::resource_exhausted(format!(
-                "dialog simulator at its cap of {cap} streams"
-            )));
-        };
+        let guard = self.sim.admit(std::time::Instant::now())?;
         let (tx, rx) = mpsc::channel(OUT_CAPACITY);
-        let ctx = session::SessionCtx {
-            config: Arc::clone(&self.sim.config),
-            stats: Arc::clone(&self.sim.stats),
-            shutdown: self.shutdown.clone(),
-            guard,
-        };
+        let ctx = self.sim.session_ctx(guard, self.shutdown.clone());
         tokio::spawn(session::run(request.into_inner(), tx, ctx));
         let events =
             futures_util::stream::unfold(

@@ -2,6 +2,12 @@
 //! actions into timed `ServerEvent`s (first delta after
 //! `first_delta_latency_ms`, then one word per `delta_interval_ms`).
 //!
+//! The driver checkpoints its bot into the [`ResumeStore`] whenever no reply
+//! is in flight (at the start, before each reply, after each reply ends or
+//! is cut), and a `SessionStart{resume: true}` continues from the
+//! checkpoint with no greeting. A stream with an empty `call_id` is not
+//! kept: there would be no way to name it again.
+//!
 //! Generic over the inbound stream so tests can drive it without sockets.
 
 use std::collections::VecDeque;
@@ -17,8 +23,9 @@ use tracing::{Instrument, debug, info};
 
 use super::bot::{Action, Bot, ToolOutcome};
 use super::pb::{self, client_message::Kind as In, server_event::Kind as Out};
+use super::resume::{Checkpoint, ResumeStore};
 use super::{DialogSimConfig, read_config};
-use crate::stats::{SessionGuard, SessionStats};
+use crate::stats::{FaultScope, SessionGuard, SessionStats, is_faulty};
 
 /// How long a new stream may take to send `SessionStart`.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -30,6 +37,13 @@ pub(crate) type OutTx = mpsc::Sender<Result<pb::ServerEvent, Status>>;
 pub(crate) struct SessionCtx {
     pub config: Arc<RwLock<DialogSimConfig>>,
     pub stats: Arc<SessionStats>,
+    /// The outage a fault of this stream starts (`down_after_fault_ms`).
+    pub scope: Arc<FaultScope>,
+    /// Where the conversation is kept for a resume.
+    pub store: Arc<ResumeStore>,
+    /// This stream's number, from 1 (the `faulty_sessions` scope, and the
+    /// owner of its entry in the store).
+    pub stream_no: u64,
     pub shutdown: CancellationToken,
     /// Held until the driver returns: the stream counts as open until then.
     pub guard: SessionGuard,
@@ -87,6 +101,15 @@ struct Driver {
     latest_turn: u64,
     /// Numbers tool call ids within the session.
     tool_seq: u64,
+    /// Where checkpoints go; `None` for a stream without a call id.
+    keep: Option<Keep>,
+}
+
+/// A driver's entry in the [`ResumeStore`].
+struct Keep {
+    store: Arc<ResumeStore>,
+    call_id: String,
+    stream_no: u64,
 }
 
 /// Whether the stream goes on.
@@ -111,28 +134,48 @@ where
         let _ = out.send(Err(status)).await;
         return;
     };
-    let span = tracing::info_span!("dialog_sim", call_id = start.call_id);
-    converse(inbound, out, ctx).instrument(span).await;
+    let span = tracing::info_span!(
+        "dialog_sim",
+        call_id = start.call_id,
+        stream = ctx.stream_no,
+        resume = start.resume
+    );
+    converse(inbound, out, ctx, start).instrument(span).await;
 }
 
 /// The session loop after `SessionStart`.
-async fn converse<S>(mut inbound: S, out: OutTx, ctx: SessionCtx)
+async fn converse<S>(mut inbound: S, out: OutTx, ctx: SessionCtx, start: pb::SessionStart)
 where
     S: Stream<Item = Result<pb::ClientMessage, Status>> + Unpin,
 {
     let SessionCtx {
         config,
         stats,
+        scope,
+        store,
+        stream_no,
         shutdown,
         guard,
     } = ctx;
-    info!("dialog session started");
-    let close_after = read_config(&config)
+    let cfg = read_config(&config);
+    let fault_at = cfg
         .close_after_ms
-        .map(Duration::from_millis);
-    let fault_at = close_after.map(|d| Instant::now() + d);
-    let mut driver = Driver::new(out, config);
-    driver.start_turn(0, driver.bot.greeting());
+        .filter(|_| is_faulty(cfg.faulty_sessions, stream_no))
+        .map(|ms| Instant::now() + Duration::from_millis(ms));
+    let keep = (!start.call_id.is_empty()).then_some(Keep {
+        store,
+        call_id: start.call_id,
+        stream_no,
+    });
+    let mut driver = Driver::new(out, config, keep);
+    if start.resume {
+        let resumed = driver.resume();
+        info!(resumed, "dialog session resumed (no greeting)");
+    } else {
+        info!("dialog session started");
+        driver.save();
+        driver.start_turn(0, driver.bot.greeting());
+    }
     let reason = loop {
         let wake = driver.wake_at();
         tokio::select! {
@@ -144,6 +187,8 @@ where
             () = driver.out.closed() => break "client_gone",
             () = sleep_until(fault_at) => {
                 stats.count_fault();
+                let down_for = cfg.down_after_fault_ms.map(Duration::from_millis);
+                scope.fault_ended_session(std::time::Instant::now(), down_for);
                 let status = Status::unavailable("injected fault: close_after_ms");
                 let _ = driver.out.send(Err(status)).await;
                 break "fault_close_after";
@@ -157,6 +202,9 @@ where
         }
     };
     info!(reason, "dialog session ended");
+    if reason == "session_end" {
+        driver.forget();
+    }
     drop(guard);
 }
 
@@ -169,7 +217,7 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 impl Driver {
-    fn new(out: OutTx, config: Arc<RwLock<DialogSimConfig>>) -> Self {
+    fn new(out: OutTx, config: Arc<RwLock<DialogSimConfig>>, keep: Option<Keep>) -> Self {
         Driver {
             bot: Bot::new(),
             out,
@@ -177,6 +225,44 @@ impl Driver {
             turn: None,
             latest_turn: 0,
             tool_seq: 0,
+            keep,
+        }
+    }
+
+    /// Takes over the call's kept conversation, if any (else the state stays
+    /// fresh), and checkpoints it as this stream's. True when one was kept.
+    fn resume(&mut self) -> bool {
+        let kept = self
+            .keep
+            .as_ref()
+            .and_then(|k| k.store.claim(&k.call_id, k.stream_no));
+        let found = kept.is_some();
+        if let Some(cp) = kept {
+            self.bot = cp.bot;
+            self.tool_seq = cp.tool_seq;
+            self.latest_turn = cp.latest_turn;
+        }
+        self.save();
+        found
+    }
+
+    /// Checkpoints the conversation as it stands (called only while no
+    /// reply is in flight, or just before one starts).
+    fn save(&self) {
+        if let Some(k) = &self.keep {
+            let cp = Checkpoint {
+                bot: self.bot.clone(),
+                tool_seq: self.tool_seq,
+                latest_turn: self.latest_turn,
+            };
+            k.store.save(&k.call_id, k.stream_no, cp);
+        }
+    }
+
+    /// The call ended normally: its conversation is not kept.
+    fn forget(&self) {
+        if let Some(k) = &self.keep {
+            k.store.remove(&k.call_id, k.stream_no);
         }
     }
 
@@ -197,8 +283,10 @@ impl Driver {
 
     fn user_turn(&mut self, id: u64, transcript: &str) {
         debug!(turn = id, transcript, "user turn");
-        self.latest_turn = id;
         self.cancel_turn(None);
+        // The state before this reply: what a re-sent turn is answered from.
+        self.save();
+        self.latest_turn = id;
         if read_config(&self.config).stall_replies {
             debug!(turn = id, "stall_replies: not answering");
             return;
@@ -214,12 +302,20 @@ impl Driver {
         } else {
             self.bot.remember_played(played);
         }
+        if self.turn.is_none() {
+            self.save();
+        }
     }
 
     fn dtmf(&mut self, digits: &str) {
+        let before = self.bot.clone();
         let actions = self.bot.on_dtmf(digits);
         if !actions.is_empty() {
             self.cancel_turn(None);
+            // Checkpoint the state before this reply (see `user_turn`).
+            let after = std::mem::replace(&mut self.bot, before);
+            self.save();
+            self.bot = after;
             self.start_turn(self.latest_turn, actions);
         }
     }
@@ -366,6 +462,7 @@ impl Driver {
         }
         let Some(step) = turn.steps.front() else {
             self.turn = None;
+            self.save();
             return None;
         };
         if matches!(step, Step::Delta(_)) && now < turn.next_delta_at {

@@ -25,7 +25,17 @@ fn fast() -> DialogSimConfig {
 
 impl Harness {
     fn start(cfg: DialogSimConfig) -> Harness {
-        let sim = DialogSim::new(cfg);
+        Harness::start_on(DialogSim::new(cfg))
+    }
+
+    /// A stream on an existing simulator (admitted as `Converse` would be).
+    fn start_on(sim: DialogSim) -> Harness {
+        let guard = sim.admit(std::time::Instant::now()).unwrap();
+        Harness::with_guard(&sim, guard)
+    }
+
+    /// A stream on `sim` holding an already-admitted `guard`.
+    fn with_guard(sim: &DialogSim, guard: crate::stats::SessionGuard) -> Harness {
         let (tx, in_rx) = mpsc::channel(16);
         let (out, rx) = mpsc::channel(OUT_CAPACITY);
         let inbound =
@@ -33,14 +43,13 @@ impl Harness {
                 in_rx,
                 |mut r| async move { r.recv().await.map(|m| (m, r)) },
             );
-        let ctx = session::SessionCtx {
-            config: Arc::clone(&sim.config),
-            stats: Arc::clone(&sim.stats),
-            shutdown: CancellationToken::new(),
-            guard: sim.stats.try_open(10).unwrap(),
-        };
+        let ctx = sim.session_ctx(guard, CancellationToken::new());
         tokio::spawn(session::run(Box::pin(inbound), out, ctx));
-        Harness { tx, rx, sim }
+        Harness {
+            tx,
+            rx,
+            sim: sim.clone(),
+        }
     }
 
     async fn started(cfg: DialogSimConfig) -> Harness {
@@ -277,6 +286,9 @@ async fn first_message_must_be_session_start() {
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert_eq!(h.sim.stats().open_sessions, 0);
 }
+
+#[path = "resume_tests.rs"]
+mod resume_tests;
 
 #[test]
 fn config_is_defaulted_from_partial_json() {

@@ -5,8 +5,9 @@
 //! change: query-string configuration, `Authorization: Token <key>`, HTTP
 //! 400/401/429 refusals instead of a 101, `Results` / `SpeechStarted` /
 //! `UtteranceEnd` / `Metadata` messages with Deepgram's key names, and the
-//! `NET-0001` idle close. Speech is found by an energy VAD on the decoded
-//! audio, and the n-th utterance of a stream is "heard" as the n-th line of
+//! `NET-0001` idle close. Speech is found by the simulator's own neural
+//! voice-activity detector ([`detector`], not the energy VAD callgate
+//! uses) on the decoded audio, and the n-th utterance of a stream is "heard" as the n-th line of
 //! the [`crate::script`].
 //!
 //! Layout: [`params`] validates the upgrade, [`stream`] is the sans-IO stream
@@ -18,6 +19,7 @@
 //! recent streams) and `GET`/`PUT /admin/config` ([`SttSimConfig`], applied
 //! to streams opened afterwards).
 
+pub mod detector;
 pub mod messages;
 pub mod params;
 mod socket;
@@ -40,7 +42,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::stats::{FormatCounts, RecentSessions, SessionGuard, SessionStats, StatsSnapshot};
+use crate::stats::{
+    FaultScope, FormatCounts, RecentSessions, SessionGuard, SessionStats, StatsSnapshot, is_faulty,
+};
 
 use self::params::StreamParams;
 use self::stream::StreamCore;
@@ -66,8 +70,31 @@ pub struct SttSimConfig {
     pub script: Vec<String>,
     /// When set, require `Authorization: Token <key>` (else HTTP 401).
     pub api_key: Option<String>,
-    /// Fault: close every stream with 1011 `NET-0000` after this long.
+    /// Fault: close every stream (every faulty one, see `faulty_sessions`)
+    /// with 1011 `NET-0000` this long (wall clock) after it opened.
     pub close_after_ms: Option<u64>,
+    /// Fault scope: when set, the connection-level faults
+    /// (`close_after_ms`, `error_then_close_ms`, `drop_at_audio_ms`) apply
+    /// only to the first N streams this simulator accepted (its session
+    /// numbers 1..=N), so a reconnected stream is left alone. `None`
+    /// (default): every stream.
+    pub faulty_sessions: Option<u64>,
+    /// Fault: after a stream was ended by one of the connection-level
+    /// faults, answer every upgrade with HTTP 503 (Deepgram's error body and
+    /// `dg-error` header, `err_code` `SERVICE_UNAVAILABLE`) for this long, so
+    /// a client's reconnect budget can be exhausted. Refusals are counted in
+    /// [`SttStats::refused_while_down`]. `None` (default): no outage.
+    pub down_after_fault_ms: Option<u64>,
+    /// Fault: once this much audio (audio time, like
+    /// `error_then_close_ms`) has arrived on a stream, close it with 1011
+    /// `NET-0000` *without* an `Error` message first — Deepgram's routine
+    /// close. The utterance in progress gets no final. `None` (default): off.
+    pub drop_at_audio_ms: Option<u64>,
+    /// Fault: once the stream's first utterance (from the detector's speech
+    /// onset) has been heard for this many ms, close 1011 `NET-0000` with no
+    /// `Error` — a drop that lands mid-utterance whatever the call's timing
+    /// before it. Scoped by `faulty_sessions`. `None` (default): off.
+    pub drop_mid_utterance_ms: Option<u64>,
     /// Fault: answer every upgrade with this HTTP status. As on Deepgram,
     /// the refusal carries the error body (`err_code`, `err_msg`,
     /// `request_id`) both as JSON and in a `dg-error` response header, and
@@ -115,6 +142,10 @@ impl Default for SttSimConfig {
             script: crate::script::default_script(),
             api_key: None,
             close_after_ms: None,
+            faulty_sessions: None,
+            down_after_fault_ms: None,
+            drop_at_audio_ms: None,
+            drop_mid_utterance_ms: None,
             fail_upgrade_status: None,
             fail_upgrade_message: None,
             stall_results: false,
@@ -147,6 +178,9 @@ pub enum SttSimRefusal {
     /// `max_sessions` streams are open.
     #[error("too many concurrent requests (limit {max_sessions})")]
     TooManyRequests { max_sessions: u64 },
+    /// The `down_after_fault_ms` outage after a faulted stream.
+    #[error("service temporarily unavailable (back in {retry_after_ms} ms)")]
+    Down { retry_after_ms: u64 },
 }
 
 impl SttSimRefusal {
@@ -159,6 +193,7 @@ impl SttSimRefusal {
             SttSimRefusal::Unauthorized => StatusCode::UNAUTHORIZED,
             SttSimRefusal::BadParam { .. } => StatusCode::BAD_REQUEST,
             SttSimRefusal::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
+            SttSimRefusal::Down { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -168,6 +203,7 @@ impl SttSimRefusal {
             SttSimRefusal::Unauthorized => "INVALID_AUTH",
             SttSimRefusal::BadParam { .. } => "Bad Request",
             SttSimRefusal::TooManyRequests { .. } => "TOO_MANY_REQUESTS",
+            SttSimRefusal::Down { .. } => "SERVICE_UNAVAILABLE",
         }
     }
 
@@ -205,6 +241,9 @@ pub struct SttStats {
     pub rejected_sessions: u64,
     /// Streams (or upgrades) ended by an injected fault.
     pub faulted_sessions: u64,
+    /// Upgrades refused (503) during a `down_after_fault_ms` outage.
+    #[serde(default)]
+    pub refused_while_down: u64,
     /// Streams accepted per audio format, keyed `"<encoding>/<sample_rate>"`
     /// as asked in the query string: `"mulaw/8000"`, `"linear16/16000"`…
     #[serde(default)]
@@ -219,6 +258,7 @@ impl SttStats {
             total_sessions: sessions.total_sessions,
             rejected_sessions: sessions.rejected_sessions,
             faulted_sessions: sessions.faulted_sessions,
+            refused_while_down: sessions.refused_while_down,
             formats,
         }
     }
@@ -326,6 +366,8 @@ pub struct SttSim {
     formats: Arc<FormatCounts>,
     sessions: Arc<RecentSessions<SessionCell>>,
     next_session: Arc<AtomicU64>,
+    /// The outage after a faulted stream (`down_after_fault_ms`).
+    scope: Arc<FaultScope>,
 }
 
 #[derive(Clone)]
@@ -345,6 +387,7 @@ impl SttSim {
             formats: Arc::new(FormatCounts::default()),
             sessions: Arc::new(RecentSessions::default()),
             next_session: Arc::new(AtomicU64::new(1)),
+            scope: Arc::new(FaultScope::default()),
         }
     }
 
@@ -424,14 +467,20 @@ impl SttSim {
         Ok(())
     }
 
-    /// Decides an upgrade: fault, auth, params, then the cap (last, so a bad
-    /// request never takes a slot).
+    /// Decides an upgrade: outage, fault, auth, params, then the cap (last,
+    /// so a bad request never takes a slot).
     fn admit(
         &self,
         cfg: &SttSimConfig,
         headers: &HeaderMap,
         query: &HashMap<String, String>,
     ) -> Result<(StreamParams, SessionGuard), SttSimRefusal> {
+        if let Some(left) = self.scope.down_for(std::time::Instant::now()) {
+            self.stats.count_refused_while_down();
+            return Err(SttSimRefusal::Down {
+                retry_after_ms: u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
         if let Some(status) = cfg.fail_upgrade_status {
             self.stats.count_fault();
             return Err(SttSimRefusal::Injected {
@@ -482,24 +531,32 @@ async fn listen(
             return refusal.into_response(request_id);
         }
     };
-    let knobs = socket::Knobs {
-        result_latency: Duration::from_millis(cfg.result_latency_ms),
-        idle_timeout: Duration::from_millis(cfg.idle_timeout_ms),
-        close_after: cfg.close_after_ms.map(Duration::from_millis),
-        stall_results: cfg.stall_results,
-    };
     let request = uri
         .path_and_query()
         .map_or_else(|| uri.path().to_owned(), |pq| pq.as_str().to_owned());
     let record = app
         .sim
         .record_session(&params, request_id.to_string(), request, tags);
+    // The connection-level faults hit only the sessions in scope.
+    let faulty = is_faulty(cfg.faulty_sessions, record.session());
+    let knobs = socket::Knobs {
+        result_latency: Duration::from_millis(cfg.result_latency_ms),
+        idle_timeout: Duration::from_millis(cfg.idle_timeout_ms),
+        close_after: cfg
+            .close_after_ms
+            .filter(|_| faulty)
+            .map(Duration::from_millis),
+        stall_results: cfg.stall_results,
+        down_after_fault: cfg.down_after_fault_ms.map(Duration::from_millis),
+    };
     let faults = stream::StreamFaults {
         empty_finals: cfg.empty_finals,
         // Each session draws its own utterances, reproducibly.
         seed: cfg.fault_seed ^ record.session().wrapping_mul(0x9e37_79b9_7f4a_7c15),
         no_speech_final: cfg.no_speech_final,
-        error_after_ms: cfg.error_then_close_ms,
+        error_after_ms: cfg.error_then_close_ms.filter(|_| faulty),
+        drop_after_ms: cfg.drop_at_audio_ms.filter(|_| faulty),
+        drop_in_speech_ms: cfg.drop_mid_utterance_ms.filter(|_| faulty),
         stall_ms: cfg.stall_results_ms,
         stall_from_ms: cfg.stall_results_from_ms,
     };
@@ -510,9 +567,12 @@ async fn listen(
         SystemTime::now(),
     )
     .with_faults(faults);
-    let stats = Arc::clone(&app.sim.stats);
+    let counts = socket::Counts {
+        stats: Arc::clone(&app.sim.stats),
+        scope: Arc::clone(&app.sim.scope),
+    };
     let mut response = ws.read_buffer_size(8 * 1024).on_upgrade(move |socket| {
-        socket::run(socket, core, knobs, app.cancel, stats, guard, record)
+        socket::run(socket, core, knobs, app.cancel, counts, guard, record)
     });
     // Deepgram names the request in this header; clients log it.
     if let Ok(v) = HeaderValue::from_str(&request_id.to_string()) {
@@ -548,6 +608,9 @@ async fn put_config(
         empty_finals = cfg.empty_finals,
         no_speech_final = cfg.no_speech_final,
         error_then_close_ms = ?cfg.error_then_close_ms,
+        drop_at_audio_ms = ?cfg.drop_at_audio_ms,
+        faulty_sessions = ?cfg.faulty_sessions,
+        down_after_fault_ms = ?cfg.down_after_fault_ms,
         "stt simulator config replaced"
     );
     app.sim.set_config(cfg.clone());
@@ -556,3 +619,6 @@ async fn put_config(
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod fault_tests;

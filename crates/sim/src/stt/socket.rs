@@ -1,7 +1,10 @@
 //! The socket task of one stream: a thin wall-clock shell around the
 //! sans-IO [`StreamCore`]. It owns the WebSocket, delays each outbound
 //! message by the result latency (keeping order), and enforces the idle
-//! timeout and the `close_after` fault.
+//! timeout and the `close_after` fault. A stream ended by a fault (this
+//! shell's `close_after`, or the core's audio-time faults) is counted and
+//! starts the simulator's `down_after_fault` outage before its close frame
+//! goes out, so a client reconnecting on the close is already refused.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -15,7 +18,7 @@ use tracing::Instrument;
 use super::LiveSession;
 use super::messages::ServerMessage;
 use super::stream::{Control, Outbound, StreamCore};
-use crate::stats::{SessionGuard, SessionStats};
+use crate::stats::{FaultScope, SessionGuard, SessionStats};
 
 /// Messages waiting out their result latency. The core emits a handful per
 /// second of audio, so this fills only when a client floods audio far faster
@@ -35,6 +38,24 @@ pub(super) struct Knobs {
     pub close_after: Option<Duration>,
     /// Fault: drop every result instead of sending it.
     pub stall_results: bool,
+    /// The outage started when this stream is ended by a fault.
+    pub down_after_fault: Option<Duration>,
+}
+
+/// The simulator-wide counts a stream reports into.
+#[derive(Debug, Clone)]
+pub(super) struct Counts {
+    pub stats: Arc<SessionStats>,
+    pub scope: Arc<FaultScope>,
+}
+
+impl Counts {
+    /// The stream is being ended by an injected fault.
+    fn fault(&self, down_after_fault: Option<Duration>) {
+        self.stats.count_fault();
+        self.scope
+            .fault_ended_session(std::time::Instant::now(), down_after_fault);
+    }
 }
 
 /// How a stream ended, for the log line.
@@ -61,7 +82,7 @@ pub(super) async fn run(
     core: StreamCore,
     knobs: Knobs,
     cancel: CancellationToken,
-    stats: Arc<SessionStats>,
+    counts: Counts,
     guard: SessionGuard,
     record: LiveSession,
 ) {
@@ -76,7 +97,7 @@ pub(super) async fn run(
     async {
         let p = stream.core.params();
         tracing::info!(encoding = ?p.encoding, sample_rate = p.sample_rate, "stt stream opened");
-        let end = stream.drive(&cancel, &stats).await;
+        let end = stream.drive(&cancel, &counts).await;
         tracing::info!(
             ?end,
             audio_ms = stream.core.audio_ms(),
@@ -100,7 +121,7 @@ struct Stream {
 }
 
 impl Stream {
-    async fn drive(&mut self, cancel: &CancellationToken, stats: &SessionStats) -> End {
+    async fn drive(&mut self, cancel: &CancellationToken, counts: &Counts) -> End {
         let started = Instant::now();
         let mut idle_at = started + self.knobs.idle_timeout;
         let fault_at = self.knobs.close_after.map(|d| started + d);
@@ -110,14 +131,14 @@ impl Stream {
                 biased;
                 () = cancel.cancelled() => return self.close_now(1001, "", End::Shutdown).await,
                 () = sleep_until_opt(fault_at) => {
-                    stats.count_fault();
+                    counts.fault(self.knobs.down_after_fault);
                     return self.close_now(1011, "NET-0000", End::Fault).await;
                 }
                 () = sleep_until(idle_at), if !self.core.is_closed() => {
                     return self.close_now(1011, "NET-0001", End::IdleTimeout).await;
                 }
                 () = sleep_until_opt(due) => {
-                    if let Some(end) = self.flush_due().await {
+                    if let Some(end) = self.flush_due(counts).await {
                         return end;
                     }
                 }
@@ -163,7 +184,7 @@ impl Stream {
     }
 
     /// Sends every message that is due. `Some` when the stream has ended.
-    async fn flush_due(&mut self) -> Option<End> {
+    async fn flush_due(&mut self, counts: &Counts) -> Option<End> {
         let now = Instant::now();
         while self.queue.front().is_some_and(|(at, _)| *at <= now) {
             let (_, out) = self.queue.pop_front()?;
@@ -173,6 +194,10 @@ impl Stream {
                     if !self.send_json(&m).await {
                         return Some(End::SendFailed);
                     }
+                }
+                Outbound::Close { code, reason } if self.core.faulted() => {
+                    counts.fault(self.knobs.down_after_fault);
+                    return Some(self.close_now(code, reason, End::Fault).await);
                 }
                 Outbound::Close { code, reason } => {
                     return Some(self.close_now(code, reason, End::Completed { code }).await);

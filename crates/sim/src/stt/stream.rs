@@ -6,13 +6,20 @@
 //! timing is *audio time* (samples received), so the same audio gives the
 //! same messages however fast or chunked it arrived. Wall-clock concerns
 //! (result latency, idle timeout, faults) live in the socket task.
+//!
+//! Speech is found by the simulator's own [`SpeechDetector`] (earshot's
+//! neural model), deliberately not callgate's `media::vad::EnergyVad`, so
+//! the simulated provider and the server's watchdog can disagree the way a
+//! real provider and the server would. Interims, utterance-end checks and
+//! audio-time faults run on 10 ms windows of input.
 
 use std::collections::VecDeque;
 use std::time::SystemTime;
 
 use media::g711;
-use media::vad::{EnergyVad, VadConfig, VadEvent};
 use sha2::{Digest, Sha256};
+
+use super::detector::{SpeechDetector, SpeechEvent};
 
 use super::messages::{
     self, Alternative, Channel, MODEL_UUID, MetadataMessage, ResultMetadata, ResultsMessage,
@@ -24,12 +31,15 @@ use super::params::{SimEncoding, StreamParams};
 pub const INTERIM_EVERY_MS: u64 = 400;
 /// How fast interim transcripts grow: about a conversational speaking rate.
 const INTERIM_WORDS_PER_SECOND: u64 = 3;
-/// Shortest endpointing the VAD honours: it works on 10 ms windows and
-/// shorter silences occur inside words.
+/// Shortest endpointing the detector honours: shorter silences occur
+/// inside words.
 const MIN_ENDPOINTING_MS: u32 = 100;
 /// Segmentation silence when the client disabled endpointing: finals are
 /// still cut at pauses, just never marked `speech_final`.
 const SEGMENT_SILENCE_MS: u32 = 300;
+/// The window on which interims, utterance ends and audio-time faults are
+/// checked, and in whose whole units [`StreamCore::audio_ms`] counts.
+const WINDOW_MS: u64 = 10;
 
 /// Close code sent after `CloseStream` or a zero-length frame.
 pub const CLOSE_NORMAL: u16 = 1000;
@@ -52,6 +62,11 @@ pub struct StreamFaults {
     pub no_speech_final: bool,
     /// After this much audio, send an `Error` message and close 1011.
     pub error_after_ms: Option<u64>,
+    /// After this much audio, close 1011 `NET-0000` with no `Error` first.
+    pub drop_after_ms: Option<u64>,
+    /// Once an utterance has been heard for this long, close 1011
+    /// `NET-0000` with no `Error` first: a drop mid-utterance.
+    pub drop_in_speech_ms: Option<u64>,
     /// Hold every result (and `UtteranceEnd`) from `stall_from_ms` for this
     /// much audio, then release them in order.
     pub stall_ms: Option<u64>,
@@ -119,9 +134,11 @@ pub struct StreamCore {
     script: Vec<String>,
     request_id: String,
     created: SystemTime,
-    vad: EnergyVad,
-    /// Samples per VAD window; checks run at window boundaries.
+    detector: SpeechDetector,
+    /// Samples per 10 ms window; checks run at window boundaries.
     window: usize,
+    /// Whole windows received.
+    windows: u64,
     /// Samples pushed into the current, incomplete window.
     partial: usize,
     /// Odd trailing byte of a linear16 frame, kept for the next frame.
@@ -139,6 +156,8 @@ pub struct StreamCore {
     held: VecDeque<Outbound>,
     /// The `error_after_ms` fault has fired.
     errored: bool,
+    /// An injected fault ended the stream (`fail`, `drop_after_ms`).
+    faulted: bool,
 }
 
 impl StreamCore {
@@ -152,14 +171,11 @@ impl StreamCore {
         let silence = params
             .endpointing_ms
             .map_or(SEGMENT_SILENCE_MS, |ms| ms.max(MIN_ENDPOINTING_MS));
-        let vad_cfg = VadConfig {
-            min_silence_ms: silence,
-            ..VadConfig::default()
-        };
         let window = (params.sample_rate / 100).max(1) as usize;
         StreamCore {
-            vad: EnergyVad::new(vad_cfg, params.sample_rate),
+            detector: SpeechDetector::new(params.sample_rate, silence),
             window,
+            windows: 0,
             params,
             script,
             request_id,
@@ -176,6 +192,7 @@ impl StreamCore {
             faults: StreamFaults::default(),
             held: VecDeque::new(),
             errored: false,
+            faulted: false,
         }
     }
 
@@ -193,9 +210,26 @@ impl StreamCore {
             return;
         }
         self.errored = true;
+        self.faulted = true;
         self.release_held();
         self.error("INTERNAL_SERVER_ERROR", description);
         self.close(CLOSE_INTERNAL, "NET-0000");
+    }
+
+    /// Injected drop (the `drop_after_ms` fault): close 1011 `NET-0000`
+    /// with no `Error` message, as Deepgram's routine close; the utterance
+    /// in progress gets no final.
+    pub fn drop_stream(&mut self) {
+        if self.closed {
+            return;
+        }
+        self.faulted = true;
+        self.close(CLOSE_INTERNAL, "NET-0000");
+    }
+
+    /// Whether an injected fault ended the stream (its close is the fault's).
+    pub fn faulted(&self) -> bool {
+        self.faulted
     }
 
     /// Whether the `stall_ms` fault is holding results at audio time `now`.
@@ -226,9 +260,9 @@ impl StreamCore {
         self.closed
     }
 
-    /// Milliseconds of audio received (whole VAD windows).
+    /// Milliseconds of audio received (whole 10 ms windows).
     pub fn audio_ms(&self) -> u64 {
-        self.vad.audio_ms()
+        self.windows * WINDOW_MS
     }
 
     /// Utterances finalized so far.
@@ -311,23 +345,27 @@ impl StreamCore {
     /// Pushes samples window by window so interim and utterance-end checks
     /// happen at exact audio times whatever the frame size.
     fn feed(&mut self, mut samples: &[i16]) {
-        while !samples.is_empty() {
+        while !samples.is_empty() && !self.closed {
             let take = (self.window - self.partial).min(samples.len());
             let (now, rest) = samples.split_at(take);
             samples = rest;
-            for event in self.vad.push(now) {
-                self.on_vad(event);
+            for event in self.detector.push(now) {
+                self.on_speech(event);
             }
             self.partial = (self.partial + take) % self.window;
             if self.partial == 0 {
+                self.windows += 1;
                 self.on_window();
             }
         }
     }
 
-    fn on_vad(&mut self, event: VadEvent) {
+    fn on_speech(&mut self, event: SpeechEvent) {
+        if self.closed {
+            return;
+        }
         match event {
-            VadEvent::SpeechStart { at_ms } => {
+            SpeechEvent::Start { at_ms } => {
                 // New speech before the gap elapsed: the utterance goes on.
                 self.last_word_end_ms = None;
                 self.speech = Some(Speech {
@@ -342,7 +380,7 @@ impl StreamCore {
                     });
                 }
             }
-            VadEvent::SpeechEnd { at_ms } => {
+            SpeechEvent::End { at_ms } => {
                 if let Some(s) = self.speech.take().filter(|s| !s.finalized) {
                     let speech_final = self.params.endpointing_ms.is_some();
                     self.emit_final(s.start_ms, at_ms, speech_final, false);
@@ -352,12 +390,22 @@ impl StreamCore {
     }
 
     fn on_window(&mut self) {
-        let now = self.vad.audio_ms();
+        let now = self.audio_ms();
         if !self.errored
             && let Some(at) = self.faults.error_after_ms
             && now >= at
         {
             self.fail("injected fault: internal error mid-stream");
+            return;
+        }
+        let in_speech = self.speech.as_ref().map(|s| s.start_ms);
+        let mid_utterance = self
+            .faults
+            .drop_in_speech_ms
+            .zip(in_speech)
+            .is_some_and(|(after, start)| now >= start + after);
+        if mid_utterance || self.faults.drop_after_ms.is_some_and(|at| now >= at) {
+            self.drop_stream();
             return;
         }
         if !self.held.is_empty() && !self.stalled(now) {
@@ -385,7 +433,7 @@ impl StreamCore {
 
     /// `Finalize`: flush the utterance in progress, if any.
     fn finalize_now(&mut self) {
-        let now = self.vad.audio_ms();
+        let now = self.audio_ms();
         if let Some(s) = self.speech.as_mut().filter(|s| !s.finalized) {
             s.finalized = true;
             let start = s.start_ms;
@@ -395,7 +443,7 @@ impl StreamCore {
 
     /// `CloseStream` or a zero-length frame.
     fn finish(&mut self) {
-        let now = self.vad.audio_ms();
+        let now = self.audio_ms();
         if let Some(s) = self.speech.take().filter(|s| !s.finalized) {
             // The audio has ended, so this utterance has too.
             self.emit_final(s.start_ms, now, true, false);
@@ -501,7 +549,7 @@ impl StreamCore {
         let held = matches!(
             message,
             ServerMessage::Results(_) | ServerMessage::UtteranceEnd { .. }
-        ) && self.stalled(self.vad.audio_ms());
+        ) && self.stalled(self.audio_ms());
         if held {
             self.held.push_back(Outbound::Message(message));
         } else {

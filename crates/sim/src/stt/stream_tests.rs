@@ -510,3 +510,51 @@ fn fault_stall_holds_results_then_releases_them_in_order() {
     assert_eq!(released_at, Some(2_500), "nothing before the stall ends");
     assert_eq!(got, want, "same results, same order, only later");
 }
+
+#[test]
+fn fault_drop_closes_1011_with_no_error_and_no_final() {
+    let mut c = faulted(StreamFaults {
+        drop_after_ms: Some(1_200),
+        ..StreamFaults::default()
+    });
+    // The first utterance runs 500–2000 ms: the drop lands inside it.
+    let out = push_frames(&mut c, &g711::encode_ulaw(&two_utterances()), 160);
+    assert_eq!(
+        out.last(),
+        Some(&Outbound::Close {
+            code: CLOSE_INTERNAL,
+            reason: "NET-0000"
+        })
+    );
+    assert_eq!(count(&out, |m| matches!(m, ServerMessage::Error { .. })), 0);
+    assert!(finals(&out).is_empty(), "cut mid-utterance: {out:?}");
+    assert!(!results(&out).is_empty(), "interims came before the drop");
+    assert!(c.is_closed() && c.faulted());
+    assert_eq!(c.audio_ms(), 1_200, "nothing is fed after the close");
+    assert!(!core(params()).faulted());
+}
+
+#[test]
+fn fault_drop_mid_utterance_lands_inside_the_first_utterance() {
+    let mut c = faulted(StreamFaults {
+        drop_in_speech_ms: Some(400),
+        ..StreamFaults::default()
+    });
+    // Speech starts about 500 ms in: the drop comes about 400 ms later,
+    // well before the utterance ends at 2000 ms.
+    let out = push_frames(&mut c, &g711::encode_ulaw(&two_utterances()), 160);
+    assert_eq!(
+        out.last(),
+        Some(&Outbound::Close {
+            code: CLOSE_INTERNAL,
+            reason: "NET-0000"
+        })
+    );
+    assert!(finals(&out).is_empty(), "cut mid-utterance: {out:?}");
+    assert!(
+        (850..=1_000).contains(&c.audio_ms()),
+        "onset + 400 ms: {}",
+        c.audio_ms()
+    );
+    assert!(c.faulted());
+}

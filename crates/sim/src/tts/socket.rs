@@ -1,6 +1,8 @@
 //! The thin async shell around one socket's [`SocketCore`]: it moves frames
 //! between the WebSocket and the core, sleeps until the core's deadline, and
-//! keeps the session and context counts right on every exit path.
+//! keeps the session and context counts right on every exit path. A socket
+//! closed by the `close_after` fault starts the simulator's outage
+//! (`down_after_fault_ms`) before its close frame goes out.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,7 +14,7 @@ use tracing::Instrument as _;
 
 use super::LiveSocket;
 use super::protocol::{Outbound, SocketCore, close_code};
-use crate::stats::{SessionGuard, SessionStats};
+use crate::stats::{FaultScope, SessionGuard, SessionStats};
 
 /// A send that takes longer than this means the client stopped reading;
 /// the socket is dropped rather than holding the task forever.
@@ -27,6 +29,8 @@ pub(super) struct SocketTask {
     /// Holds the socket's place in the session counts until the task ends.
     pub guard: SessionGuard,
     pub stats: Arc<SessionStats>,
+    /// The outage this socket starts if a fault ends it.
+    pub outage: Outage,
     /// Open contexts across all sockets (the `/stats` gauge).
     pub open_contexts: Arc<AtomicU64>,
     pub cancel: CancellationToken,
@@ -34,6 +38,20 @@ pub(super) struct SocketTask {
     pub voice_id: String,
     /// This socket's entry in `/stats/sessions`.
     pub record: LiveSocket,
+}
+
+/// The simulator's outage after a fault, and how long this socket's fault
+/// makes it last (`down_after_fault_ms`).
+pub(super) struct Outage {
+    pub scope: Arc<FaultScope>,
+    pub down_for: Option<Duration>,
+}
+
+impl Outage {
+    fn begin(&self) {
+        self.scope
+            .fault_ended_session(Instant::now(), self.down_for);
+    }
 }
 
 /// Why a socket task ended (for the log line).
@@ -62,6 +80,7 @@ pub(super) async fn run(mut ws: WebSocket, mut core: SocketCore, mut task: Socke
             &task.cancel,
             &mut gauge,
             &mut task.record,
+            &task.outage,
         )
         .await;
         task.record.sync(core.audio());
@@ -85,6 +104,7 @@ async fn drive(
     cancel: &CancellationToken,
     gauge: &mut ContextGauge,
     record: &mut LiveSocket,
+    outage: &Outage,
 ) -> End {
     loop {
         while let Some(out) = core.poll_output() {
@@ -92,6 +112,9 @@ async fn drive(
                 Outbound::Text(text) => Message::Text(text.into()),
                 Outbound::Close { code, reason } => {
                     gauge.set(0);
+                    if core.faulted() {
+                        outage.begin();
+                    }
                     if send(ws, close_message(code, &reason)).await {
                         linger(ws).await;
                     }

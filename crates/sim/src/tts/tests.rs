@@ -153,3 +153,60 @@ async fn a_refused_upgrade_counts_no_format_and_leaves_no_record() {
     assert!(sim.sessions().is_empty());
     cancel.cancel();
 }
+
+const SOCKET: &str = "/v1/text-to-speech/v1/multi-stream-input?output_format=ulaw_8000";
+
+/// The close code and reason the server ends `ws` with.
+async fn close_of(ws: &mut RawWs) -> (u16, String) {
+    while let Some(frame) = ws.recv().await {
+        if let Frame::Close(code, reason) = frame {
+            ws.send_close().await;
+            return (code, reason);
+        }
+    }
+    panic!("the connection ended without a close frame");
+}
+
+#[tokio::test]
+async fn a_faulted_socket_starts_an_outage_and_later_sockets_are_spared() {
+    let (sim, addr, cancel) = start(TtsSimConfig {
+        close_after_ms: Some(100),
+        faulty_sessions: Some(1),
+        down_after_fault_ms: Some(1_500),
+        ..TtsSimConfig::default()
+    })
+    .await;
+    let (mut ws, _) = RawWs::connect(addr, SOCKET, &[]).await.unwrap();
+    let (code, reason) = close_of(&mut ws).await;
+    assert_eq!(code, 1011);
+    assert!(!reason.is_empty(), "a routine close names its reason");
+
+    // Down from before the close frame went out: 503 at once.
+    let refused = RawWs::connect(addr, SOCKET, &[]).await.err().unwrap();
+    assert_eq!(refused.status, 503, "{}", refused.head);
+    let mut refusals = 1;
+    let mut ws = tokio::time::timeout(DEADLINE, async {
+        loop {
+            match RawWs::connect(addr, SOCKET, &[]).await {
+                Ok((ws, _)) => return ws,
+                Err(r) => {
+                    assert_eq!(r.status, 503, "{}", r.head);
+                    refusals += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    })
+    .await
+    .expect("the simulator came back up");
+    assert_eq!(sim.stats().refused_while_down, refusals);
+
+    // Socket 2 is beyond `faulty_sessions`: it outlives `close_after_ms`.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ws.send_text(&json!({"close_socket": true}).to_string())
+        .await;
+    assert_eq!(close_of(&mut ws).await.0, 1000);
+    let stats = sim.stats();
+    assert_eq!((stats.total_sessions, stats.faulted_sessions), (2, 1));
+    cancel.cancel();
+}
