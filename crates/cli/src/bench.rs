@@ -7,11 +7,17 @@
 //! admission capacity of 220, then offers runs of calls one after another
 //! (default 200 = no overload, then 300, then 2,200 = 10×) with the
 //! in-process load generator. Per run it prints one table row: served,
-//! rejected (by reason, cross-checked with the server's rows), prompt
-//! heard, failed, silent, server-side admission waits, admitted calls'
-//! reply latency against the baseline, time to rejection, server CPU and
-//! peak RSS, and the generator's own lag (a run whose generator lagged is
-//! flagged as not a valid measurement).
+//! transferred by the bot, transferred by the watchdog, cut short at a
+//! limit, rejected (by reason, cross-checked with the server's rows),
+//! overflow prompt heard, failed, silent, apologies heard, server-side
+//! admission waits, admitted calls' reply latency against the baseline,
+//! time to rejection, server CPU and peak RSS, and the generator's own lag
+//! (a run whose generator lagged is flagged as not a valid measurement).
+//!
+//! The callers tell a reply from the server's bundled prompts by their
+//! sound (`callgate_load::prompts`), so an apology is never counted as a
+//! reply and reply latency runs to the real reply; a call the watchdog or a
+//! provider failure transferred, or a limit cut short, is never "served".
 //!
 //! What it never does: change the server's behaviour (it writes an ordinary
 //! configuration file), leave a child running (every child is stopped on
@@ -26,14 +32,24 @@
 //! ```
 //!
 //! Reading a row: `load×` is the offered concurrency over capacity (arrival
-//! rate × served call length, at most every call at once); waits and
-//! latencies are `p50/p99` ms; `adm wait`/`rej wait` come from the server's
-//! Postgres rows, `reply`/`rej p99` from the callers; `srv cpu` and `srv
-//! MiB` are the server process alone; `lag ms` is the generator's worst
-//! media-clock lag. The line under each row cross-checks refusals by reason
-//! and shows the CPU other processes took (a shared machine is noisy).
+//! rate × served call length, at most every call at once); `xfer` are the
+//! bot's own hand-overs, `wdog` the watchdog's (a stalled provider), `cut`
+//! calls ended by the maximum duration or a drain deadline, `heard` the
+//! refused callers who heard the overflow prompt to its end, `apol` the
+//! apologies heard; waits and latencies are `p50/p99` ms; `adm wait`/`rej
+//! wait` come from the server's Postgres rows, `reply`/`rej p99` from the
+//! callers; `srv cpu` and `srv MiB` are the server process alone; `lag ms`
+//! is the generator's worst media-clock lag. The line under each row
+//! cross-checks refusals by reason, counts provider failovers (if any) and
+//! shows the CPU other processes took (a shared machine is noisy).
 //!
-//! The exit code is non-zero if any call failed or went silent.
+//! Under the table, one verdict per run, `PASS` or `FAIL`. A run FAILs when
+//! a call failed or went silent, when any refused caller did not hear the
+//! overflow prompt, when watchdog and failover transfers exceed
+//! `row::MAX_FAULT_TRANSFER_SHARE` (1 %) of the calls the bot answered, or
+//! when the run is not a valid measurement (the generator lagged). Latency
+//! against the baseline, cuts, apologies and a shared machine are reported,
+//! not judged. The exit code is non-zero if any run FAILs.
 
 mod db;
 mod priority;

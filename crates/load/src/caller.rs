@@ -17,6 +17,12 @@
 //! `poll_transmit` until `None`, then stop if [`Caller::is_done`], else sleep
 //! until `poll_timeout`.
 //!
+//! What is heard is classified by its sound ([`crate::prompts::Ear`]): a
+//! bundled prompt (hold, apology, transfer, goodbye, overflow) is counted
+//! as that prompt and never answers an utterance; only the bot's own audio
+//! is the greeting or a reply, and only it lets a `turn-` mark end the turn.
+//! Audio of any kind fills owed silence — an apology is not dead air.
+//!
 //! Owed silence: while the caller waits for the greeting, for a reply, for a
 //! bot turn's closing mark, or for the close after a terminal mark, every
 //! stretch in which nothing plays is measured. A stretch longer than the
@@ -32,8 +38,13 @@ use media::synth::SpeechSynth;
 use crate::error::LoadError;
 use crate::ids::CallIds;
 use crate::playout::{PendingMark, Playout};
-use crate::record::{CallRecord, Outcome, ServerError, TransferMessage};
+use crate::prompts::{Ear, Piece, Sound};
+use crate::record::{CallRecord, Outcome, Prompt, PromptsHeard, ServerError, TransferMessage};
 use crate::transport::{self, CallProtocol, Heard, Release, Wire};
+
+use ending::{Terminal, TerminalKind, terminal_kind, terminal_outcome};
+
+mod ending;
 
 #[cfg(test)]
 mod tests;
@@ -51,11 +62,8 @@ pub const SILENCE_GRACE: Duration = Duration::from_secs(1);
 /// frames are counted so a report can say so.
 pub const MAX_FRAME_LAG: Duration = Duration::from_millis(200);
 
-/// Mark name prefixes that carry meaning (the server's convention).
+/// A mark that ends a bot turn (the server's convention).
 const TURN_PREFIX: &str = "turn-";
-const OVERFLOW_PREFIX: &str = "callgate-overflow:";
-const TRANSFER_PREFIX: &str = "callgate-transfer:";
-const END_PREFIX: &str = "callgate-end:";
 
 /// What one call will do, drawn before it is dialled.
 #[derive(Debug, Clone)]
@@ -99,21 +107,14 @@ enum BotTurn {
     Reply(usize),
 }
 
+/// What has arrived of the bot turn being waited for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TerminalKind {
-    Overflow,
-    Transfer,
-    End,
-}
-
-impl TerminalKind {
-    fn name(self) -> &'static str {
-        match self {
-            TerminalKind::Overflow => "overflow",
-            TerminalKind::Transfer => "transfer",
-            TerminalKind::End => "end",
-        }
-    }
+enum TurnHeard {
+    Nothing,
+    /// Only bundled prompts (hold audio, an apology): still owed.
+    Prompt,
+    /// The turn's own audio began.
+    Own,
 }
 
 /// What an echoed mark means to the script.
@@ -129,10 +130,10 @@ enum MarkRole {
 #[derive(Debug)]
 enum Stage {
     Dialing,
-    /// A bot turn is owed; `audio_seen` once its first frame arrived.
+    /// A bot turn is owed; `heard` says what of it has arrived.
     AwaitBot {
         turn: BotTurn,
-        audio_seen: bool,
+        heard: TurnHeard,
     },
     /// Pausing before utterance `next` (0-based).
     Thinking {
@@ -147,17 +148,6 @@ enum Stage {
     /// A terminal mark arrived; the prompt plays, then the server must close.
     Terminal(Terminal),
     Done,
-}
-
-#[derive(Debug)]
-struct Terminal {
-    kind: TerminalKind,
-    reason: String,
-    /// When the audio that carried this terminal prompt began (the moment
-    /// the caller could first hear the refusal); the mark's arrival if none.
-    heard_from: Duration,
-    audio_seen: bool,
-    echoed: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -178,13 +168,17 @@ struct Counters {
     max_owed: Duration,
     utterances_sent: usize,
     replies_heard: usize,
+    greeting: Option<Duration>,
+    apology_latency: Vec<Duration>,
+    prompts: PromptsHeard,
     marks_echoed: u64,
     unknown_events: u64,
     malformed_events: u64,
     frames_sent: u64,
     frames_skipped: u64,
     max_lag: Duration,
-    /// Bot audio received since the current bot turn began.
+    /// The turn's own audio (no bundled prompt) received since the current
+    /// bot turn began.
     turn_audio: Duration,
     greeting_audio: Option<Duration>,
     reply_audio: Vec<Duration>,
@@ -217,6 +211,8 @@ pub struct Caller {
     /// The audio format of both directions.
     audio: AudioFormat,
     voice: SpeechSynth,
+    /// Tells bundled prompts from the bot's own audio.
+    ear: Ear,
     stage: Stage,
     playout: Playout<MarkRole>,
     /// Frames for the driver. Bounded in practice: one `advance` emits at
@@ -247,6 +243,7 @@ impl Caller {
             wire: Wire::new(plan.protocol, plan.ids),
             audio,
             voice: SpeechSynth::new(audio.sample_rate, plan.voice_seed),
+            ear: Ear::new(audio),
             plan,
             stage: Stage::Dialing,
             playout: Playout::default(),
@@ -301,7 +298,7 @@ impl Caller {
         self.next_frame = Some(now + FRAME);
         self.stage = Stage::AwaitBot {
             turn: BotTurn::Greeting,
-            audio_seen: false,
+            heard: TurnHeard::Nothing,
         };
         self.owed_from = Some(now);
     }
@@ -446,6 +443,10 @@ impl Caller {
             transfer: self.said.transfer,
             end_message_reason: self.said.end,
             server_error: self.said.error,
+            time_to_greeting_ms: c.greeting.map(millis),
+            apologies_heard: c.prompts.apology as usize,
+            apology_latency_ms: c.apology_latency.iter().map(ms).collect(),
+            prompts_heard: c.prompts,
         }
     }
 
@@ -556,9 +557,10 @@ impl Caller {
             self.counters.utterances_sent += 1;
             self.speech_ended_at = t;
             self.counters.turn_audio = Duration::ZERO;
+            self.ear.new_turn();
             self.stage = Stage::AwaitBot {
                 turn: BotTurn::Reply(reply),
-                audio_seen: false,
+                heard: TurnHeard::Nothing,
             };
             self.owed_from = Some(t);
         }
@@ -569,7 +571,7 @@ impl Caller {
 
     fn on_heard(&mut self, now: Duration, heard: Result<Heard, LoadError>) {
         match heard {
-            Ok(Heard::Audio(bytes)) => self.on_media(now, bytes),
+            Ok(Heard::Audio(bytes)) => self.on_media(now, &bytes),
             Ok(Heard::Mark(name)) => self.on_mark(now, name),
             Ok(Heard::Clear) => self.on_clear(now),
             Ok(Heard::Started(session_id)) => {
@@ -607,38 +609,85 @@ impl Caller {
         self.advance(now);
     }
 
-    fn on_media(&mut self, now: Duration, bytes: usize) {
-        if bytes == 0 {
+    fn on_media(&mut self, now: Duration, audio: &[u8]) {
+        if audio.is_empty() {
             self.counters.malformed_events += 1;
             return;
         }
         self.counters
             .first_audio
             .get_or_insert(now.saturating_sub(self.started_at));
-        if let Stage::AwaitBot {
-            turn: BotTurn::Reply(_),
-            audio_seen: false,
-        } = self.stage
-        {
-            self.counters
-                .reply_latency
-                .push(now.saturating_sub(self.speech_ended_at));
-            self.counters.replies_heard += 1;
+        // A stretch of dead air this audio ends too late is silent in the
+        // phase it was owed in, but what arrived is still measured (a reply
+        // at 3.4 s has its true latency).
+        let too_late = (!self.playout.is_playing(now)
+            && self.observe(now) > self.plan.silence_threshold)
+            .then(|| self.phase_label());
+        for piece in self.ear.hear(audio) {
+            self.on_piece(now, piece);
         }
         self.prompt_started.get_or_insert(now);
-        if !self.playout.is_playing(now) && self.end_stretch(now) {
+        if let Some(phase) = too_late {
+            self.finish_silent_in(now, phase);
             return;
         }
-        let len = transport::playing_time(self.audio, bytes);
-        match &mut self.stage {
-            Stage::AwaitBot { audio_seen, .. } => {
-                *audio_seen = true;
-                self.counters.turn_audio += len;
-            }
-            Stage::Terminal(term) => term.audio_seen = true,
-            _ => {}
+        if let Stage::Terminal(term) = &mut self.stage {
+            term.audio_seen = true;
         }
-        self.playout.push_audio(now, len);
+        self.playout
+            .push_audio(now, transport::playing_time(self.audio, audio.len()));
+    }
+
+    /// Acts on what a stretch of the audio was.
+    fn on_piece(&mut self, now: Duration, piece: Piece) {
+        match piece.sound {
+            Sound::Prompt(p) if piece.starts_run => self.prompt_began(now, p),
+            Sound::Prompt(_) => {}
+            Sound::Own => {
+                let len = transport::playing_time(self.audio, piece.bytes);
+                self.own_audio(now, piece.starts_run, len);
+            }
+        }
+    }
+
+    /// A bundled prompt began: counted as itself, never as the turn.
+    fn prompt_began(&mut self, now: Duration, prompt: Prompt) {
+        self.counters.prompts.add(prompt);
+        let Stage::AwaitBot { turn, heard } = &mut self.stage else {
+            return;
+        };
+        if *heard == TurnHeard::Own {
+            return;
+        }
+        *heard = TurnHeard::Prompt;
+        if prompt == Prompt::Apology && matches!(turn, BotTurn::Reply(_)) {
+            let latency = now.saturating_sub(self.speech_ended_at);
+            self.counters.apology_latency.push(latency);
+        }
+    }
+
+    /// The bot's own audio: the greeting or the reply owed, if one is.
+    fn own_audio(&mut self, now: Duration, starts_run: bool, len: Duration) {
+        let Stage::AwaitBot { turn, heard } = &mut self.stage else {
+            if starts_run {
+                self.counters.prompts.unknown = self.counters.prompts.unknown.saturating_add(1);
+            }
+            return;
+        };
+        if *heard != TurnHeard::Own {
+            *heard = TurnHeard::Own;
+            match turn {
+                BotTurn::Reply(_) => {
+                    let latency = now.saturating_sub(self.speech_ended_at);
+                    self.counters.reply_latency.push(latency);
+                    self.counters.replies_heard += 1;
+                }
+                BotTurn::Greeting => {
+                    self.counters.greeting = Some(now.saturating_sub(self.started_at));
+                }
+            }
+        }
+        self.counters.turn_audio += len;
     }
 
     fn on_mark(&mut self, now: Duration, name: String) {
@@ -646,7 +695,8 @@ impl Caller {
             self.admitted = true;
             match self.stage {
                 Stage::AwaitBot {
-                    audio_seen: true, ..
+                    heard: TurnHeard::Own,
+                    ..
                 } => MarkRole::TurnEnd,
                 _ => MarkRole::Plain,
             }
@@ -663,6 +713,7 @@ impl Caller {
 
     fn on_clear(&mut self, now: Duration) {
         self.prompt_started = None;
+        self.ear.clear();
         for mark in self.playout.clear(now) {
             if !self.is_live() {
                 break;
@@ -673,7 +724,9 @@ impl Caller {
 
     fn enter_terminal(&mut self, now: Duration, kind: TerminalKind, reason: String) {
         let audio_seen = match self.stage {
-            Stage::AwaitBot { audio_seen, .. } => audio_seen || self.playout.is_playing(now),
+            Stage::AwaitBot { heard, .. } => {
+                heard != TurnHeard::Nothing || self.playout.is_playing(now)
+            }
             Stage::Terminal(_) => return, // the first terminal mark decides
             _ => self.playout.is_playing(now),
         };
@@ -703,7 +756,7 @@ impl Caller {
                 MarkRole::TurnEnd,
                 Stage::AwaitBot {
                     turn,
-                    audio_seen: true,
+                    heard: TurnHeard::Own,
                 },
             ) => {
                 let turn = *turn;
@@ -716,6 +769,7 @@ impl Caller {
 
     fn turn_completed(&mut self, t: Duration, turn: BotTurn) {
         self.prompt_started = None;
+        self.ear.new_turn();
         if self.end_stretch(t) {
             return;
         }
@@ -750,8 +804,9 @@ impl Caller {
         if !self.is_live() {
             return;
         }
+        let overflow_heard = self.ear.heard_since_clear(Prompt::Overflow);
         let outcome = match &self.stage {
-            Stage::Terminal(term) => terminal_outcome(term),
+            Stage::Terminal(term) => terminal_outcome(term, overflow_heard),
             _ => Outcome::Failed {
                 reason: format!("{why} while {}", self.phase_label()),
             },
@@ -792,8 +847,12 @@ impl Caller {
     }
 
     fn finish_silent(&mut self, t: Duration) {
-        let len = self.observe(t);
         let phase = self.phase_label();
+        self.finish_silent_in(t, phase);
+    }
+
+    fn finish_silent_in(&mut self, t: Duration, phase: String) {
+        let len = self.observe(t);
         let reason = format!("{} ms of dead air while {phase}", millis(len));
         self.hang_up(t, Outcome::Silent { phase }, reason);
     }
@@ -801,12 +860,12 @@ impl Caller {
     fn phase_label(&self) -> String {
         match &self.stage {
             Stage::Dialing => "connecting".into(),
-            Stage::AwaitBot { turn, audio_seen } => {
+            Stage::AwaitBot { turn, heard } => {
                 let turn = match turn {
                     BotTurn::Greeting => "greeting".to_string(),
                     BotTurn::Reply(n) => format!("reply_{n}"),
                 };
-                if *audio_seen {
+                if *heard == TurnHeard::Own {
                     format!("{turn}_playout")
                 } else {
                     turn
@@ -844,30 +903,6 @@ impl Caller {
         self.stage = Stage::Done;
         self.owed_from = None;
         self.next_frame = None;
-    }
-}
-
-fn terminal_kind(name: &str) -> Option<(TerminalKind, &str)> {
-    [
-        (OVERFLOW_PREFIX, TerminalKind::Overflow),
-        (TRANSFER_PREFIX, TerminalKind::Transfer),
-        (END_PREFIX, TerminalKind::End),
-    ]
-    .into_iter()
-    .find_map(|(prefix, kind)| name.strip_prefix(prefix).map(|reason| (kind, reason)))
-}
-
-fn terminal_outcome(term: &Terminal) -> Outcome {
-    let reason = term.reason.clone();
-    match term.kind {
-        TerminalKind::Overflow => Outcome::Rejected {
-            how: "overflow_mark".into(),
-            reason,
-            prompt_heard: term.echoed && term.audio_seen,
-            time_to_rejection_ms: millis(term.heard_from),
-        },
-        TerminalKind::Transfer => Outcome::Transferred { reason },
-        TerminalKind::End => Outcome::EndedByBot { reason },
     }
 }
 

@@ -14,13 +14,23 @@
 //! audio through a simulated phone buffer, echoes marks when playout reaches
 //! them, and follows a script: greeting → (think, speak, await reply) × N →
 //! `stop`, where N is fixed or drawn per call from a range (call-length
-//! mix, [`LoadConfig::utterances_max`]). It records per call how it ended ([`Outcome`]), time to first
-//! audio, reply latencies and the longest *owed silence* — dead air while the
-//! caller was waiting for something — and flags a call `Silent` when that
-//! exceeds the threshold.
+//! mix, [`LoadConfig::utterances_max`]). It records per call how it ended
+//! ([`Outcome`]), time to first audio, reply latencies and the longest
+//! *owed silence* — dead air while the caller was waiting for something —
+//! and flags a call `Silent` when that exceeds the threshold.
+//!
+//! It tells a reply from the server's bundled prompts by what it hears
+//! ([`prompts`]): the prompts are known audio (the server's asset files,
+//! indexed frame by frame in each audio format), so an apology, hold music
+//! or a transfer prompt is counted as itself ([`PromptsHeard`],
+//! `apologies_heard`, `apology_latency_ms`), never as a reply; reply latency
+//! runs to the real reply. A refusal counts as heard only if the overflow
+//! prompt itself played to its mark.
 //!
 //! What it never does: share code with the server (it does not depend on the
-//! `callgate` crate, and has its own wire code for both protocols), trust
+//! `callgate` crate, and has its own wire code for both protocols; it reads
+//! only the server's prompt *audio files*, and uses the shared `media`
+//! crate's codecs to convert them the way any leg would), trust
 //! the server's view of a call, or wait without a deadline. The protocol
 //! logic is a sans-IO state machine ([`Caller`]) with no socket and no
 //! clock, the same for both protocols; their framing differs only in
@@ -31,7 +41,13 @@
 //! `callgate-end:<reason>` end the call's conversation, after which the server
 //! must close the socket. The partner protocol carries the same marks,
 //! followed by a `transfer` or `end` message; outcomes are classified from
-//! the marks for both protocols, and the messages are recorded as well.
+//! the marks for both protocols (from the message when no mark came), and
+//! the messages are recorded as well. The reason says who ended the
+//! conversation: `<culprit>_stalled` is a [`Outcome::WatchdogTransfer`],
+//! `<provider>_failed` a [`Outcome::FailoverTransfer`], `max_duration` and
+//! `drain_deadline` a [`Outcome::CutShort`] — none of them served; any
+//! other reason is the bot's own ([`Outcome::Transferred`],
+//! [`Outcome::EndedByBot`]).
 //!
 //! How to drive it:
 //!
@@ -63,6 +79,7 @@ pub mod ids;
 pub mod partner_wire;
 pub mod playout;
 pub mod progress;
+pub mod prompts;
 pub mod record;
 pub mod report;
 pub mod transport;
@@ -83,7 +100,7 @@ pub use connect::Auth;
 pub use error::{ErrorSource, LoadError};
 pub use ids::{AccountSid, CallIds, CallSid, StreamSid};
 pub use partner_wire::PartnerFormat;
-pub use record::{CallRecord, Outcome, ServerError, TransferMessage};
+pub use record::{CallRecord, Outcome, Prompt, PromptsHeard, ServerError, TransferMessage};
 pub use report::{LoadReport, Percentiles, Summary};
 pub use transport::{CallProtocol, Protocol};
 

@@ -1,4 +1,12 @@
 //! What one call recorded: how it ended and what the caller heard.
+//!
+//! What the caller heard is told apart by its sound (see
+//! [`crate::prompts`]): a reply is bot audio that is none of the server's
+//! bundled prompts; an apology, hold music or a transfer prompt is counted as
+//! what it is, never as a reply. How the call ended is told apart by the
+//! server's terminal mark: a bot's own ending or hand-over is a conversation
+//! that was served; a watchdog or failover transfer and a cut at a limit are
+//! not, and have their own [`Outcome`]s.
 
 use serde::{Deserialize, Serialize};
 
@@ -21,10 +29,23 @@ pub enum Outcome {
         /// of the overflow prompt.
         time_to_rejection_ms: u64,
     },
-    /// The bot escalated to a human (`callgate-transfer:<reason>`).
+    /// The bot escalated to a human (`callgate-transfer:<reason>`, a reason
+    /// of the conversation such as `caller_requested_human`).
     Transferred { reason: String },
+    /// The server's watchdog gave up on a stalled provider and handed the
+    /// caller over (`callgate-transfer:<culprit>_stalled`; partner
+    /// `transfer` reason `stalled:<culprit>`). Answered, not served.
+    WatchdogTransfer { reason: String },
+    /// A provider's connection failed mid-call and the server handed the
+    /// caller over (`callgate-transfer:<provider>_failed`; partner reason
+    /// `provider_failed:<provider>`). Answered, not served.
+    FailoverTransfer { reason: String },
     /// The bot ended the call (`callgate-end:<reason>`).
     EndedByBot { reason: String },
+    /// The server cut the conversation short at one of its limits: the hard
+    /// maximum call duration (`callgate-end:max_duration`) or a drain
+    /// deadline (`callgate-end:drain_deadline`). Not served.
+    CutShort { reason: String },
     /// Socket error, unexpected close, malformed handshake or timeout.
     Failed { reason: String },
     /// The server refused our credentials: HTTP 401 on the upgrade (a
@@ -37,11 +58,31 @@ pub enum Outcome {
 
 impl Outcome {
     /// Whether this outcome is a defect of the server under test: a
-    /// rejection, transfer or bot hang-up is a legitimate answer, these are not.
+    /// rejection, transfer or bot hang-up is a legitimate answer, these are
+    /// not. (A watchdog or failover transfer and a cut at a limit are the
+    /// server's designed answer to trouble, so not defects of the call; a
+    /// benchmark judges how many of them a run may have.)
     pub fn is_failure(&self) -> bool {
         matches!(
             self,
             Outcome::Failed { .. } | Outcome::Silent { .. } | Outcome::Unauthorized { .. }
+        )
+    }
+
+    /// Whether the conversation ran to its end: the caller finished the
+    /// script, or the bot ended the call.
+    pub fn is_served(&self) -> bool {
+        matches!(self, Outcome::Completed | Outcome::EndedByBot { .. })
+    }
+
+    /// Whether the caller was handed to a human, by the bot or by the
+    /// server (watchdog or failover).
+    pub fn is_transfer(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Transferred { .. }
+                | Outcome::WatchdogTransfer { .. }
+                | Outcome::FailoverTransfer { .. }
         )
     }
 
@@ -51,10 +92,115 @@ impl Outcome {
             Outcome::Completed => "completed",
             Outcome::Rejected { .. } => "rejected",
             Outcome::Transferred { .. } => "transferred",
+            Outcome::WatchdogTransfer { .. } => "watchdog_transfer",
+            Outcome::FailoverTransfer { .. } => "failover_transfer",
             Outcome::EndedByBot { .. } => "ended_by_bot",
+            Outcome::CutShort { .. } => "cut_short",
             Outcome::Failed { .. } => "failed",
             Outcome::Unauthorized { .. } => "unauthorized",
             Outcome::Silent { .. } => "silent",
+        }
+    }
+}
+
+/// One of the server's bundled prompts, recognised by its audio
+/// ([`crate::prompts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Prompt {
+    /// "We're experiencing high call volume. Transferring you now."
+    Overflow,
+    /// "Please hold. All our lines are busy."
+    Hold,
+    /// The looped tones after [`Prompt::Hold`].
+    HoldMusic,
+    /// "Sorry, I'm having trouble on my end. One moment, please." (the
+    /// watchdog's stall prompt)
+    Apology,
+    /// "Let me transfer you to our team."
+    Transfer,
+    /// "Sorry, we have to end the call now. Goodbye."
+    Goodbye,
+}
+
+impl Prompt {
+    pub const ALL: [Prompt; 6] = [
+        Prompt::Overflow,
+        Prompt::Hold,
+        Prompt::HoldMusic,
+        Prompt::Apology,
+        Prompt::Transfer,
+        Prompt::Goodbye,
+    ];
+
+    /// A short lower-case name, as in the JSON report.
+    pub fn label(self) -> &'static str {
+        match self {
+            Prompt::Overflow => "overflow",
+            Prompt::Hold => "hold",
+            Prompt::HoldMusic => "hold_music",
+            Prompt::Apology => "apology",
+            Prompt::Transfer => "transfer",
+            Prompt::Goodbye => "goodbye",
+        }
+    }
+}
+
+/// How many times each bundled prompt began playing on a call (a run of its
+/// frames arrived, whether or not it then played to its end), plus audio
+/// that is no bundled prompt heard while nothing was owed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PromptsHeard {
+    pub overflow: u32,
+    pub hold: u32,
+    pub hold_music: u32,
+    pub apology: u32,
+    pub transfer: u32,
+    pub goodbye: u32,
+    /// Runs of bot audio that is none of the bundled prompts, heard while
+    /// no greeting or reply was owed (after a turn's closing mark, while the
+    /// caller thinks or speaks, or after a terminal mark): a prompt this
+    /// load tool does not know, or audio the server should not have sent.
+    pub unknown: u32,
+}
+
+impl PromptsHeard {
+    /// How many times `prompt` began.
+    pub fn count(&self, prompt: Prompt) -> u32 {
+        match prompt {
+            Prompt::Overflow => self.overflow,
+            Prompt::Hold => self.hold,
+            Prompt::HoldMusic => self.hold_music,
+            Prompt::Apology => self.apology,
+            Prompt::Transfer => self.transfer,
+            Prompt::Goodbye => self.goodbye,
+        }
+    }
+
+    /// Counts one more start of `prompt`.
+    pub fn add(&mut self, prompt: Prompt) {
+        let n = self.count_mut(prompt);
+        *n = n.saturating_add(1);
+    }
+
+    /// Adds another call's counts (for a run's totals).
+    pub fn merge(&mut self, other: &PromptsHeard) {
+        for p in Prompt::ALL {
+            let n = self.count_mut(p);
+            *n = n.saturating_add(other.count(p));
+        }
+        self.unknown = self.unknown.saturating_add(other.unknown);
+    }
+
+    fn count_mut(&mut self, prompt: Prompt) -> &mut u32 {
+        match prompt {
+            Prompt::Overflow => &mut self.overflow,
+            Prompt::Hold => &mut self.hold,
+            Prompt::HoldMusic => &mut self.hold_music,
+            Prompt::Apology => &mut self.apology,
+            Prompt::Transfer => &mut self.transfer,
+            Prompt::Goodbye => &mut self.goodbye,
         }
     }
 }
@@ -75,8 +221,8 @@ pub struct ServerError {
 
 /// Everything measured on one call. Times are milliseconds.
 ///
-/// Fields after `duration_ms` were added with the partner protocol; they
-/// default when reading older reports, and [`CallRecord::default`] lets a
+/// Fields after `duration_ms` were added later (the partner protocol, then
+/// prompt recognition); they default when reading older reports, and [`CallRecord::default`] lets a
 /// test build a record without naming every field.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CallRecord {
@@ -89,7 +235,9 @@ pub struct CallRecord {
     pub connect_ms: Option<u64>,
     /// From `start` sent to the first bot audio frame received.
     pub time_to_first_audio_ms: Option<u64>,
-    /// Per answered utterance: end of the caller's speech → first reply audio.
+    /// Per answered utterance: end of the caller's speech → first reply
+    /// audio. A bundled prompt (an apology, say) is not a reply: the latency
+    /// runs to the real reply's first frame.
     pub reply_latency_ms: Vec<u64>,
     /// Longest dead air while a greeting, reply, prompt or close was owed.
     pub max_owed_silence_ms: u64,
@@ -98,6 +246,8 @@ pub struct CallRecord {
     #[serde(default)]
     pub utterances_planned: usize,
     pub utterances_sent: usize,
+    /// Utterances whose real reply began to arrive: bot audio that is none
+    /// of the server's bundled prompts (an apology before it does not count).
     pub replies_heard: usize,
     /// Bot audio actually played to the caller (cleared audio excluded).
     pub bot_audio_ms: u64,
@@ -143,6 +293,21 @@ pub struct CallRecord {
     /// Partner protocol: the first `error` message the server sent.
     #[serde(default)]
     pub server_error: Option<ServerError>,
+    /// From `start` sent to the greeting's first audio (bot audio that is
+    /// no bundled prompt: hold audio before it does not count).
+    #[serde(default)]
+    pub time_to_greeting_ms: Option<u64>,
+    /// Apologies (the server's stall prompt) that began on this call; the
+    /// same count as `prompts_heard.apology`.
+    #[serde(default)]
+    pub apologies_heard: usize,
+    /// Per apology that began while a reply was owed (and none of it had
+    /// arrived): end of the caller's speech → the apology's first frame.
+    #[serde(default)]
+    pub apology_latency_ms: Vec<u64>,
+    /// Each bundled prompt heard, by kind, and unknown audio.
+    #[serde(default)]
+    pub prompts_heard: PromptsHeard,
 }
 
 impl Default for CallRecord {
@@ -177,6 +342,10 @@ impl Default for CallRecord {
             transfer: None,
             end_message_reason: None,
             server_error: None,
+            time_to_greeting_ms: None,
+            apologies_heard: 0,
+            apology_latency_ms: Vec::new(),
+            prompts_heard: PromptsHeard::default(),
         }
     }
 }
@@ -213,6 +382,21 @@ mod tests {
             reason: "unknown partner key".into(),
         };
         assert!(unauthorized.is_failure());
+        let watchdog = Outcome::WatchdogTransfer {
+            reason: "tts_stalled".into(),
+        };
+        let v = serde_json::to_value(&watchdog).unwrap();
+        assert_eq!(
+            (v["kind"].as_str(), v["reason"].as_str()),
+            (Some("watchdog_transfer"), Some("tts_stalled"))
+        );
+        assert!(watchdog.is_transfer() && !watchdog.is_served() && !watchdog.is_failure());
+        let cut = Outcome::CutShort {
+            reason: "drain_deadline".into(),
+        };
+        assert_eq!(serde_json::to_value(&cut).unwrap()["kind"], "cut_short");
+        assert!(!cut.is_served() && !cut.is_transfer());
+        assert!(Outcome::Completed.is_served());
         let v = serde_json::to_value(&unauthorized).unwrap();
         assert_eq!(
             (v["kind"].as_str(), v["status"].as_u64()),
@@ -232,6 +416,10 @@ mod tests {
             "transfer",
             "end_message_reason",
             "server_error",
+            "time_to_greeting_ms",
+            "apologies_heard",
+            "apology_latency_ms",
+            "prompts_heard",
         ] {
             assert!(obj.remove(field).is_some(), "{field}");
         }

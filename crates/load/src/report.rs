@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::caller::millis;
 use crate::error::LoadError;
-use crate::record::{CallRecord, Outcome};
+use crate::record::{CallRecord, Outcome, Prompt, PromptsHeard};
 
 /// At most this many failed or silent calls are listed by the table; the
 /// JSON report has them all.
@@ -61,8 +61,19 @@ pub struct Summary {
     pub total: usize,
     pub completed: usize,
     pub rejected: usize,
+    /// The bot handed the caller to a human.
     pub transferred: usize,
+    /// The server's watchdog handed the caller over (a provider stalled).
+    #[serde(default)]
+    pub watchdog_transferred: usize,
+    /// A provider's connection failed mid-call and the server handed the
+    /// caller over.
+    #[serde(default)]
+    pub failover_transferred: usize,
     pub ended_by_bot: usize,
+    /// Cut short at the server's maximum duration or a drain deadline.
+    #[serde(default)]
+    pub cut_short: usize,
     pub failed: usize,
     pub silent: usize,
     /// Upgrades refused with HTTP 401 (the run's credentials are wrong).
@@ -70,9 +81,17 @@ pub struct Summary {
     pub unauthorized: usize,
     /// Rejections whose overflow prompt played to its end.
     pub rejected_prompt_heard: usize,
+    /// First audio of any kind (hold audio included).
     pub time_to_first_audio_ms: Percentiles,
-    /// All reply latencies of all calls pooled.
+    /// All reply latencies of all calls pooled (to the real reply, never
+    /// to an apology before it).
     pub reply_latency_ms: Percentiles,
+    /// All apology latencies pooled: end of speech → the stall prompt.
+    #[serde(default)]
+    pub apology_latency_ms: Percentiles,
+    /// Bundled prompts heard, by kind, across all calls.
+    #[serde(default)]
+    pub prompts_heard: PromptsHeard,
     pub max_owed_silence_ms: u64,
     /// Planned utterances per call across all calls (the call-length mix).
     #[serde(default)]
@@ -95,7 +114,10 @@ impl Summary {
             completed: count(|o| matches!(o, Outcome::Completed)),
             rejected: count(|o| matches!(o, Outcome::Rejected { .. })),
             transferred: count(|o| matches!(o, Outcome::Transferred { .. })),
+            watchdog_transferred: count(|o| matches!(o, Outcome::WatchdogTransfer { .. })),
+            failover_transferred: count(|o| matches!(o, Outcome::FailoverTransfer { .. })),
             ended_by_bot: count(|o| matches!(o, Outcome::EndedByBot { .. })),
+            cut_short: count(|o| matches!(o, Outcome::CutShort { .. })),
             failed: count(|o| matches!(o, Outcome::Failed { .. })),
             silent: count(|o| matches!(o, Outcome::Silent { .. })),
             unauthorized: count(|o| matches!(o, Outcome::Unauthorized { .. })),
@@ -120,6 +142,16 @@ impl Summary {
                     .flat_map(|c| c.reply_latency_ms.iter().copied())
                     .collect(),
             ),
+            apology_latency_ms: Percentiles::of(
+                calls
+                    .iter()
+                    .flat_map(|c| c.apology_latency_ms.iter().copied())
+                    .collect(),
+            ),
+            prompts_heard: calls.iter().fold(PromptsHeard::default(), |mut all, c| {
+                all.merge(&c.prompts_heard);
+                all
+            }),
             max_owed_silence_ms: calls
                 .iter()
                 .map(|c| c.max_owed_silence_ms)
@@ -185,8 +217,8 @@ impl LoadReport {
     pub fn print_calls(&self, w: &mut impl Write) -> io::Result<()> {
         writeln!(
             w,
-            "  {:>3}  {:<36}  {:<12}  {:>8}  {:>18}  {:>9}  {:>8}  end",
-            "#", "call sid", "outcome", "1st audio", "replies ms", "max gap", "secs"
+            "  {:>3}  {:<36}  {:<17}  {:>8}  {:>18}  {:>4}  {:>9}  {:>8}  end",
+            "#", "call sid", "outcome", "1st audio", "replies ms", "apol", "max gap", "secs"
         )?;
         for c in &self.calls {
             let first = c
@@ -203,12 +235,13 @@ impl LoadReport {
             };
             writeln!(
                 w,
-                "  {:>3}  {:<36}  {:<12}  {:>8}  {:>18}  {:>6} ms  {:>8.1}  {}",
+                "  {:>3}  {:<36}  {:<17}  {:>8}  {:>18}  {:>4}  {:>6} ms  {:>8.1}  {}",
                 c.index,
                 c.call_sid.to_string(),
                 c.outcome.label(),
                 first,
                 replies,
+                c.apologies_heard,
                 c.max_owed_silence_ms,
                 c.duration_ms as f64 / 1000.0,
                 c.end_reason
@@ -225,12 +258,15 @@ impl LoadReport {
         let s = &self.summary;
         let secs = s.wall_time_ms as f64 / 1000.0;
         writeln!(w, "callgate load: {} calls in {secs:.1} s", s.total)?;
-        writeln!(w, "  {:<14}{:>7}", "outcome", "calls")?;
+        writeln!(w, "  {:<18}{:>7}", "outcome", "calls")?;
         let rows = [
             ("completed", s.completed),
             ("rejected", s.rejected),
             ("transferred", s.transferred),
+            ("watchdog_transfer", s.watchdog_transferred),
+            ("failover_transfer", s.failover_transferred),
             ("ended_by_bot", s.ended_by_bot),
+            ("cut_short", s.cut_short),
             ("failed", s.failed),
             ("silent", s.silent),
             ("unauthorized", s.unauthorized),
@@ -240,15 +276,16 @@ impl LoadReport {
             if name == "unauthorized" && n == 0 {
                 continue;
             }
-            writeln!(w, "  {name:<14}{n:>7}{}", self.detail(name))?;
+            writeln!(w, "  {name:<18}{n:>7}{}", self.detail(name))?;
         }
         writeln!(
             w,
-            "  {:<14}{:>7}{:>8}{:>8}{:>8}{:>8}",
+            "  {:<18}{:>7}{:>8}{:>8}{:>8}{:>8}",
             "latency ms", "n", "p50", "p95", "p99", "max"
         )?;
         latency_row(w, "first audio", &s.time_to_first_audio_ms)?;
         latency_row(w, "reply", &s.reply_latency_ms)?;
+        latency_row(w, "apology", &s.apology_latency_ms)?;
         latency_row(w, "call (done)", &s.completed_duration_ms)?;
         let u = &s.utterances_planned;
         let cell = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
@@ -259,6 +296,7 @@ impl LoadReport {
             cell(u.p50),
             cell(u.max)
         )?;
+        writeln!(w, "  prompts heard: {}", prompts_line(&s.prompts_heard))?;
         writeln!(
             w,
             "  max owed silence {} ms; generator max lag {} ms, {} frames skipped",
@@ -278,10 +316,12 @@ impl LoadReport {
             }
         }
         let hows: Vec<String> = by_how.iter().map(|(h, n)| format!("{h}: {n}")).collect();
+        let s = &self.summary;
         format!(
-            "  ({}; prompt heard {})",
+            "  ({}; prompt heard {}, not heard {})",
             hows.join(", "),
-            self.summary.rejected_prompt_heard
+            s.rejected_prompt_heard,
+            s.rejected - s.rejected_prompt_heard
         )
     }
 
@@ -318,11 +358,27 @@ impl LoadReport {
     }
 }
 
+/// `apology 3, hold 2, …` for the prompts heard at least once; `none`.
+fn prompts_line(p: &PromptsHeard) -> String {
+    let mut parts: Vec<String> = Prompt::ALL
+        .into_iter()
+        .filter(|k| p.count(*k) > 0)
+        .map(|k| format!("{} {}", k.label(), p.count(k)))
+        .collect();
+    if p.unknown > 0 {
+        parts.push(format!("unknown audio {}", p.unknown));
+    }
+    if parts.is_empty() {
+        return "none".to_string();
+    }
+    parts.join(", ")
+}
+
 fn latency_row(w: &mut impl Write, name: &str, p: &Percentiles) -> io::Result<()> {
     let cell = |v: Option<u64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
     writeln!(
         w,
-        "  {name:<14}{:>7}{:>8}{:>8}{:>8}{:>8}",
+        "  {name:<18}{:>7}{:>8}{:>8}{:>8}{:>8}",
         p.count,
         cell(p.p50),
         cell(p.p95),
@@ -426,7 +482,8 @@ mod tests {
         assert!(table.contains("http_503: 1"), "{table}");
         assert!(table.contains("silent (reply_1)"), "{table}");
         assert!(table.contains("unauthorized (HTTP 401)"), "{table}");
-        assert!(table.contains("  unauthorized        1"), "{table}");
+        let row = format!("  {:<18}{:>7}", "unauthorized", 1);
+        assert!(table.contains(&row), "{table}");
         assert!(
             table.contains("utterances per call: min 2 p50 3 max 5"),
             "{table}"
@@ -436,5 +493,106 @@ mod tests {
         assert_eq!(json["summary"]["silent"], 1);
         assert_eq!(json["calls"].as_array().unwrap().len(), 4);
         assert_eq!(json["summary"]["unauthorized"], 1);
+    }
+
+    #[test]
+    fn server_endings_apologies_and_prompts_are_counted_and_printed() {
+        let reason = |r: &str| r.to_string();
+        let mut apologised = record(
+            0,
+            Outcome::WatchdogTransfer {
+                reason: reason("dialog_stalled"),
+            },
+            Some(100),
+            vec![],
+        );
+        apologised.apologies_heard = 1;
+        apologised.apology_latency_ms = vec![1_500];
+        apologised.prompts_heard.apology = 1;
+        apologised.prompts_heard.transfer = 1;
+        let mut refused = record(
+            2,
+            Outcome::Rejected {
+                how: "overflow_mark".into(),
+                reason: reason("queue_full"),
+                prompt_heard: false,
+                time_to_rejection_ms: 30,
+            },
+            Some(30),
+            vec![],
+        );
+        refused.prompts_heard.hold = 1;
+        let calls = vec![
+            apologised,
+            record(
+                1,
+                Outcome::CutShort {
+                    reason: reason("max_duration"),
+                },
+                Some(100),
+                vec![700],
+            ),
+            refused,
+            record(
+                3,
+                Outcome::FailoverTransfer {
+                    reason: reason("tts_failed"),
+                },
+                Some(100),
+                vec![],
+            ),
+        ];
+        let report = LoadReport::new(calls, Duration::from_secs(2));
+        let s = &report.summary;
+        assert_eq!(
+            (s.watchdog_transferred, s.failover_transferred, s.cut_short),
+            (1, 1, 1)
+        );
+        assert_eq!((s.completed, s.transferred, s.ended_by_bot), (0, 0, 0));
+        assert_eq!(s.apology_latency_ms.max, Some(1_500));
+        assert_eq!(
+            (
+                s.prompts_heard.apology,
+                s.prompts_heard.transfer,
+                s.prompts_heard.hold
+            ),
+            (1, 1, 1)
+        );
+        assert!(
+            !report.has_failures(),
+            "server endings are answers, not defects"
+        );
+
+        let mut table = Vec::new();
+        report.print_table(&mut table).unwrap();
+        let table = String::from_utf8(table).unwrap();
+        for row in [
+            ("watchdog_transfer", 1),
+            ("failover_transfer", 1),
+            ("cut_short", 1),
+        ] {
+            let line = format!("  {:<18}{:>7}", row.0, row.1);
+            assert!(table.contains(&line), "{line:?} in {table}");
+        }
+        assert!(table.contains("prompt heard 0, not heard 1"), "{table}");
+        assert!(
+            table.contains("prompts heard: hold 1, apology 1, transfer 1"),
+            "{table}"
+        );
+        assert!(
+            table.contains("  apology                 1    1500"),
+            "{table}"
+        );
+
+        let mut lines = Vec::new();
+        report.print_calls(&mut lines).unwrap();
+        let lines = String::from_utf8(lines).unwrap();
+        assert!(lines.contains("watchdog_transfer"), "{lines}");
+
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["summary"]["watchdog_transferred"], 1);
+        assert_eq!(json["calls"][0]["outcome"]["kind"], "watchdog_transfer");
+        assert_eq!(json["calls"][0]["prompts_heard"]["apology"], 1);
+        assert_eq!(json["calls"][0]["apology_latency_ms"][0], 1_500);
     }
 }

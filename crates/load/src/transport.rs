@@ -106,8 +106,8 @@ pub(crate) fn playing_time(format: AudioFormat, bytes: usize) -> Duration {
 /// A server message, as the caller core acts on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Heard {
-    /// This many bytes of audio to queue for playout.
-    Audio(usize),
+    /// Audio to queue for playout, in the call's format.
+    Audio(Vec<u8>),
     Mark(String),
     Clear,
     /// Partner `started`.
@@ -220,7 +220,7 @@ impl Wire {
         let stream = self.ids.stream;
         match self.protocol {
             CallProtocol::Twilio => Ok(match wire::parse(text, stream)? {
-                ServerEvent::Media(ulaw) => Heard::Audio(ulaw.len()),
+                ServerEvent::Media(ulaw) => Heard::Audio(ulaw),
                 ServerEvent::Mark(name) => Heard::Mark(name),
                 ServerEvent::Clear => Heard::Clear,
                 ServerEvent::Unknown(event) => Heard::Unknown(event),
@@ -266,7 +266,7 @@ impl Wire {
                         format.bytes_per_sample()
                     )));
                 }
-                Ok(Heard::Audio(bytes.len()))
+                Ok(Heard::Audio(bytes.to_vec()))
             }
         }
     }
@@ -315,7 +315,7 @@ mod tests {
             Some(Transmit::Text(partner_wire::played("turn-1")))
         );
         assert_eq!(w.binary(&[0; 3]).ok(), None);
-        assert_eq!(w.binary(&[0; 4]).ok(), Some(Heard::Audio(4)));
+        assert_eq!(w.binary(&[0; 4]).ok(), Some(Heard::Audio(vec![0; 4])));
     }
 
     #[test]

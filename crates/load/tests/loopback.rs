@@ -12,8 +12,10 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use callgate_load::connect::twilio_signature;
-use callgate_load::{LoadConfig, Outcome, run};
+use callgate_load::prompts;
+use callgate_load::{LoadConfig, Outcome, Prompt, PromptsHeard, run};
 use futures_util::{SinkExt, StreamExt};
+use media::format::AudioFormat;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::WebSocketStream;
@@ -29,8 +31,12 @@ enum Behaviour {
     Converse,
     /// Accepts, reads, never says anything.
     Mute,
-    /// Plays an overflow prompt, closes once its mark is echoed.
+    /// Plays (the start of) the bundled overflow prompt, closes once its
+    /// mark is echoed.
     Overflow,
+    /// Like `Converse`, but each reply stalls: the bundled apology first,
+    /// the reply 1.2 s later (queued behind the apology's playout).
+    ApologizeThenReply,
     /// Refuses the upgrade with HTTP 503.
     Refuse,
 }
@@ -84,12 +90,27 @@ async fn handle(tcp: TcpStream, behaviour: Behaviour, log: Log) {
     serve(ws, behaviour, log).await;
 }
 
-async fn send_turn(ws: &mut Ws, sid: &str, play_ms: usize, mark: &str, log: &Log) {
-    for _ in 0..play_ms / 20 {
-        let payload = B64.encode([0x55u8; 160]);
+/// Bot audio of `play_ms` (constant, not silence: a stand-in for TTS).
+fn bot_audio(play_ms: usize) -> Vec<u8> {
+    vec![0x55u8; play_ms * 8]
+}
+
+/// A bundled prompt's audio, as the server sends it on a Twilio leg.
+fn prompt_audio(prompt: Prompt) -> Vec<u8> {
+    prompts::audio(prompt, AudioFormat::MULAW_8K).unwrap()
+}
+
+/// `audio` in 20 ms media messages.
+async fn send_audio(ws: &mut Ws, sid: &str, audio: &[u8]) {
+    for frame in audio.chunks(160) {
+        let payload = B64.encode(frame);
         let msg = json!({"event":"media","streamSid":sid,"media":{"payload":payload}});
         ws.send(Message::text(msg.to_string())).await.unwrap();
     }
+}
+
+async fn send_turn(ws: &mut Ws, sid: &str, audio: &[u8], mark: &str, log: &Log) {
+    send_audio(ws, sid, audio).await;
     let msg = json!({"event":"mark","streamSid":sid,"mark":{"name":mark}});
     ws.send(Message::text(msg.to_string())).await.unwrap();
     log.lock().unwrap().marks_sent += 1;
@@ -131,21 +152,41 @@ async fn serve(mut ws: Ws, behaviour: Behaviour, log: Log) {
                 sid = v["streamSid"].as_str().unwrap().to_string();
                 log.lock().unwrap().starts.push(v.clone());
                 match behaviour {
-                    Behaviour::Converse => {
+                    Behaviour::Converse | Behaviour::ApologizeThenReply => {
                         tokio::time::sleep(Duration::from_millis(200)).await;
-                        send_turn(&mut ws, &sid, 600, "turn-1", &log).await;
+                        send_turn(&mut ws, &sid, &bot_audio(600), "turn-1", &log).await;
                         turn = 2;
                     }
                     Behaviour::Overflow => {
-                        send_turn(&mut ws, &sid, 300, "callgate-overflow:capacity", &log).await
+                        // 300 ms of it: a prompt cut short is still itself.
+                        let audio = prompt_audio(Prompt::Overflow);
+                        let mark = "callgate-overflow:capacity";
+                        send_turn(&mut ws, &sid, &audio[..2_400], mark, &log).await
                     }
                     Behaviour::Mute | Behaviour::Refuse => {}
                 }
             }
-            "media" if behaviour == Behaviour::Converse => {
+            "media"
+                if matches!(
+                    behaviour,
+                    Behaviour::Converse | Behaviour::ApologizeThenReply
+                ) =>
+            {
                 let frame = B64.decode(v["media"]["payload"].as_str().unwrap()).unwrap();
                 if endpointer.utterance_ended(&frame) {
-                    send_turn(&mut ws, &sid, 400, &format!("turn-{turn}"), &log).await;
+                    if behaviour == Behaviour::ApologizeThenReply {
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        send_audio(&mut ws, &sid, &prompt_audio(Prompt::Apology)).await;
+                        tokio::time::sleep(Duration::from_millis(1_200)).await;
+                    }
+                    send_turn(
+                        &mut ws,
+                        &sid,
+                        &bot_audio(400),
+                        &format!("turn-{turn}"),
+                        &log,
+                    )
+                    .await;
                     turn += 1;
                 }
             }
@@ -289,4 +330,38 @@ async fn an_overflow_prompt_then_close_is_a_heard_rejection() {
     );
     assert_eq!(log.lock().unwrap().echoes, ["callgate-overflow:capacity"]);
     assert_eq!(report.summary.rejected_prompt_heard, 1);
+    assert_eq!(call.prompts_heard.overflow, 1);
+}
+
+#[tokio::test]
+async fn an_apology_before_a_late_reply_is_an_apology_not_the_reply() {
+    let (url, log) = start_server(Behaviour::ApologizeThenReply).await;
+    let cfg = LoadConfig {
+        utterances: 1,
+        ..config(url)
+    };
+    let report = tokio::time::timeout(TEST_DEADLINE, run(cfg)).await.unwrap();
+    let call = &report.calls[0];
+    assert_eq!(call.outcome, Outcome::Completed, "{call:#?}");
+    assert_eq!(
+        (call.replies_heard, call.apologies_heard),
+        (1, 1),
+        "{call:#?}"
+    );
+    assert_eq!(
+        call.prompts_heard,
+        PromptsHeard {
+            apology: 1,
+            ..PromptsHeard::default()
+        }
+    );
+    // The server waited 300 ms before the apology and 1.5 s before the reply
+    // (after 100 ms of trailing silence): the latency runs to the reply.
+    let (apology, reply) = (call.apology_latency_ms[0], call.reply_latency_ms[0]);
+    assert!(apology >= 400, "{call:#?}");
+    assert!(reply >= 1_600 && reply > apology, "{call:#?}");
+    assert_eq!(call.reply_audio_ms, [400], "the apology is not reply audio");
+    assert_eq!(report.summary.prompts_heard.apology, 1);
+    assert_eq!(report.summary.apology_latency_ms.count, 1);
+    assert_eq!(log.lock().unwrap().stops, 1);
 }

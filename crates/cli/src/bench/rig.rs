@@ -301,6 +301,7 @@ mod tests {
             tts: at(9002),
             dialog_grpc: at(9003),
             dialog_http: at(9004),
+            cartesia: at(9005),
         };
         let mut cfg = callgate_rig::server_config(&sims, "host=/tmp/pg user=postgres", "bench-1");
         caps().apply(&mut cfg);

@@ -19,6 +19,15 @@ pub const REPLY_P99_TOLERANCE: f64 = 0.10;
 /// latencies noisy; the verdict says so.
 pub const SHARED_MACHINE_CORES: f64 = 0.25;
 
+/// Most calls a run may hand over because the server gave up on them — a
+/// watchdog transfer (a provider stalled past the apology) or a failover
+/// transfer (a provider's connection failed mid-call) — as a share of the
+/// calls the bot answered. Above it the run's verdict FAILs: the bench's
+/// providers are simulators with headroom, so such a transfer is the server
+/// failing to keep a conversation alive under load, and a server that
+/// transfers its way out of overload must not pass as one that served.
+pub const MAX_FAULT_TRANSFER_SHARE: f64 = 0.01;
+
 /// What the processes used during a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Resources {
@@ -55,15 +64,29 @@ pub struct RunRow {
     /// calls spread over a long window.
     pub overload: f64,
     /// Calls whose conversation ran to its end: the caller finished the
-    /// script, or the bot ended the call (e.g. booking confirmed).
+    /// script, or the bot ended the call (e.g. booking confirmed). Never a
+    /// call the server transferred or cut short.
     pub served: usize,
-    /// Admitted calls handed to a human (the bot asked, or a watchdog gave
-    /// up on a stalled provider): answered, but not by the bot.
+    /// Calls the bot itself handed to a human (the caller asked for one).
     pub transferred: usize,
+    /// Calls the server's watchdog handed over: a provider stalled, the
+    /// caller heard the apology and then the transfer prompt.
+    pub watchdog_transferred: usize,
+    /// Calls handed over because a provider's connection failed mid-call.
+    pub failover_transferred: usize,
+    /// Calls cut short at the server's maximum duration or a drain deadline.
+    pub cut_short: usize,
+    /// Apologies (the stall prompt) heard across all calls: a server that is
+    /// slow but apologises is never silent, and shows here.
+    pub apologies_heard: usize,
     pub rejected: usize,
     /// As the callers heard it (the overflow mark's reason, or `http_<status>`).
     pub rejected_by_reason: BTreeMap<String, usize>,
     pub rejected_prompt_heard: usize,
+    /// Refused callers who did not hear the overflow prompt to its end (an
+    /// HTTP refusal, a close before the prompt's mark, or audio that was not
+    /// the overflow prompt): each one FAILs the verdict.
+    pub rejected_prompt_unheard: usize,
     pub failed: usize,
     pub silent: usize,
     /// As the server recorded it (`admission_rejections` + ledger rows
@@ -146,10 +169,15 @@ impl RunRow {
             overload: overload(setup, served_call_s),
             served: s.completed + s.ended_by_bot,
             transferred: s.transferred,
+            watchdog_transferred: s.watchdog_transferred,
+            failover_transferred: s.failover_transferred,
+            cut_short: s.cut_short,
+            apologies_heard: s.prompts_heard.apology as usize,
             rejected: s.rejected,
             reasons_agree: by_reason == server_by_reason && unmatched == 0,
             rejected_by_reason: by_reason,
             rejected_prompt_heard: s.rejected_prompt_heard,
+            rejected_prompt_unheard: s.rejected.saturating_sub(s.rejected_prompt_heard),
             failed: s.failed,
             silent: s.silent,
             server_rejected_by_reason: server_by_reason,
@@ -175,9 +203,34 @@ impl RunRow {
         };
     }
 
-    /// Whether any caller failed or heard dead air.
+    /// Calls the bot answered: admitted conversations that ended in any of
+    /// the ways a conversation ends (not refused, failed or silent).
+    pub fn answered(&self) -> usize {
+        self.served
+            + self.transferred
+            + self.watchdog_transferred
+            + self.failover_transferred
+            + self.cut_short
+    }
+
+    /// Watchdog and failover transfers over [`RunRow::answered`] (0 when
+    /// nothing was answered and nothing transferred; 1 when only transfers).
+    pub fn fault_transfer_share(&self) -> f64 {
+        let faults = (self.watchdog_transferred + self.failover_transferred) as f64;
+        match self.answered() {
+            0 if faults == 0.0 => 0.0,
+            0 => 1.0,
+            n => faults / n as f64,
+        }
+    }
+
+    /// Whether the run's verdict fails (the bench exits non-zero): a caller
+    /// failed or heard dead air, a refused caller did not hear the overflow
+    /// prompt, the server transferred more than
+    /// [`MAX_FAULT_TRANSFER_SHARE`] of the answered calls, or the run is not
+    /// a valid measurement (the load generator lagged).
     pub fn has_failures(&self) -> bool {
-        self.failed + self.silent > 0
+        checks(self).iter().any(|c| c.failed)
     }
 }
 
@@ -186,7 +239,7 @@ fn mean_served_secs(load: &LoadReport) -> f64 {
     let served: Vec<u64> = load
         .calls
         .iter()
-        .filter(|c| matches!(c.outcome, Outcome::Completed | Outcome::EndedByBot { .. }))
+        .filter(|c| c.outcome.is_served())
         .map(|c| c.duration_ms)
         .collect();
     if served.is_empty() {
@@ -261,16 +314,19 @@ fn signed_pct(v: Option<f64>) -> String {
 /// The header of [`format_row`]'s columns.
 pub fn table_header() -> String {
     format!(
-        "{:>7} {:>6} {:>5} {:>6} {:>4} {:>8} {:>5} {:>6} {:>6} {:>11} {:>11} {:>11} {:>7} {:>7} {:>9} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5}",
+        "{:>7} {:>6} {:>5} {:>6} {:>4} {:>4} {:>4} {:>8} {:>5} {:>6} {:>6} {:>5} {:>11} {:>11} {:>11} {:>7} {:>7} {:>9} {:>7} {:>7} {:>6} {:>6} {:>6} {:>5}",
         "offered",
         "over s",
         "load×",
         "served",
         "xfer",
+        "wdog",
+        "cut",
         "rejected",
         "heard",
         "failed",
         "silent",
+        "apol",
         "adm wait",
         "rej wait",
         "reply",
@@ -295,16 +351,19 @@ pub fn format_row(r: &RunRow) -> String {
         signed_pct(r.reply_p99_vs_baseline)
     };
     format!(
-        "{:>7} {:>6.1} {:>5} {:>6} {:>4} {:>8} {:>5} {:>6} {:>6} {:>11} {:>11} {:>11} {:>7} {:>7} {:>9} {:>7.1} {:>7.1} {:>6.1} {:>6.1} {:>6} {:>5}",
+        "{:>7} {:>6.1} {:>5} {:>6} {:>4} {:>4} {:>4} {:>8} {:>5} {:>6} {:>6} {:>5} {:>11} {:>11} {:>11} {:>7} {:>7} {:>9} {:>7.1} {:>7.1} {:>6.1} {:>6.1} {:>6} {:>5}",
         r.offered,
         r.arrival_s,
         format!("{:.1}×", r.overload),
         r.served,
         r.transferred,
+        r.watchdog_transferred,
+        r.cut_short,
         r.rejected,
         r.rejected_prompt_heard,
         r.failed,
         r.silent,
+        r.apologies_heard,
         pair(&r.admission_wait_admitted_ms),
         pair(&r.admission_wait_rejected_ms),
         pair(&r.reply_latency_ms),
@@ -349,6 +408,9 @@ pub fn format_reasons(r: &RunRow) -> String {
             r.server_rows_unmatched
         );
     }
+    if r.failover_transferred > 0 {
+        let _ = write!(line, "; provider failovers {}", r.failover_transferred);
+    }
     let res = &r.resources;
     let _ = write!(
         line,
@@ -360,51 +422,137 @@ pub fn format_reasons(r: &RunRow) -> String {
     line
 }
 
-/// Plain-language verdicts: silence, latency against the baseline, validity.
-pub fn verdicts(rows: &[RunRow]) -> Vec<String> {
-    let mut out = Vec::new();
-    for r in rows {
-        let mut v = format!("{} offered ({:.1}× capacity): ", r.offered, r.overload);
-        let silent_ok = r.silent + r.failed == 0;
-        let _ = write!(
-            v,
-            "{} silent, {} failed {}",
-            r.silent,
-            r.failed,
-            if silent_ok { "(ok)" } else { "(FAIL)" }
-        );
-        if let Some(d) = r.reply_p99_vs_baseline {
-            let ok = d <= REPLY_P99_TOLERANCE;
-            let _ = write!(
-                v,
-                "; admitted p99 reply {} ms vs baseline: {} {}",
-                r.reply_latency_ms.p99.unwrap_or(0),
-                signed_pct(Some(d)),
-                if ok {
-                    "(within 10%)"
-                } else {
-                    "(OVER the 10% target)"
-                }
-            );
+/// One part of a run's verdict: what it says, and whether it fails the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Check {
+    text: String,
+    failed: bool,
+}
+
+impl Check {
+    /// A pass/fail check, marked `(ok)` or `(FAIL)`.
+    fn judged(text: String, failed: bool) -> Check {
+        let mark = if failed { "(FAIL)" } else { "(ok)" };
+        Check {
+            text: format!("{text} {mark}"),
+            failed,
         }
-        let others = r.resources.others_cpu_s() / r.resources.wall_s.max(1.0);
-        if others > SHARED_MACHINE_CORES {
-            let _ = write!(
-                v,
-                "; machine shared: other processes used {:.0}% of a core",
-                others * 100.0
-            );
+    }
+
+    /// Information that never fails the run.
+    fn note(text: String) -> Check {
+        Check {
+            text,
+            failed: false,
         }
-        if !r.generator_kept_up {
-            let _ = write!(
-                v,
-                "; NOT A VALID MEASUREMENT: the load generator lagged {} ms and skipped {} frames",
+    }
+}
+
+/// Every part of `r`'s verdict, in reading order.
+fn checks(r: &RunRow) -> Vec<Check> {
+    let mut out = vec![Check::judged(
+        format!("{} silent, {} failed", r.silent, r.failed),
+        r.silent + r.failed > 0,
+    )];
+    if r.rejected > 0 {
+        out.push(Check::judged(
+            format!(
+                "{} rejected, {} of them without hearing the overflow prompt",
+                r.rejected, r.rejected_prompt_unheard
+            ),
+            r.rejected_prompt_unheard > 0,
+        ));
+    }
+    out.push(fault_transfer_check(r));
+    if r.cut_short > 0 {
+        out.push(Check::note(format!(
+            "{} cut short by a server limit (maximum duration or drain), not served",
+            r.cut_short
+        )));
+    }
+    if r.apologies_heard > 0 {
+        out.push(Check::note(format!(
+            "{} apologies for a stalled provider heard",
+            r.apologies_heard
+        )));
+    }
+    out.extend(latency_check(r));
+    out.extend(machine_check(r));
+    if !r.generator_kept_up {
+        out.push(Check::judged(
+            format!(
+                "NOT A VALID MEASUREMENT: the load generator lagged {} ms and skipped {} frames",
                 r.max_send_lag_ms, r.media_frames_skipped
-            );
-        }
-        out.push(v);
+            ),
+            true,
+        ));
     }
     out
+}
+
+fn fault_transfer_check(r: &RunRow) -> Check {
+    let share = r.fault_transfer_share();
+    let limit = MAX_FAULT_TRANSFER_SHARE;
+    Check::judged(
+        format!(
+            "{} transferred by the watchdog and {} on a provider failure, of {} answered \
+             ({:.1}%; at most {:.0}% allowed)",
+            r.watchdog_transferred,
+            r.failover_transferred,
+            r.answered(),
+            share * 100.0,
+            limit * 100.0
+        ),
+        share > limit,
+    )
+}
+
+fn latency_check(r: &RunRow) -> Option<Check> {
+    let d = r.reply_p99_vs_baseline?;
+    let target = if d <= REPLY_P99_TOLERANCE {
+        "(within 10%)"
+    } else {
+        "(OVER the 10% target)"
+    };
+    Some(Check::note(format!(
+        "admitted p99 reply {} ms vs baseline: {} {target}",
+        r.reply_latency_ms.p99.unwrap_or(0),
+        signed_pct(Some(d)),
+    )))
+}
+
+fn machine_check(r: &RunRow) -> Option<Check> {
+    let others = r.resources.others_cpu_s() / r.resources.wall_s.max(1.0);
+    (others > SHARED_MACHINE_CORES).then(|| {
+        Check::note(format!(
+            "machine shared: other processes used {:.0}% of a core",
+            others * 100.0
+        ))
+    })
+}
+
+/// Plain-language verdicts, one per run: `PASS` or `FAIL`, then silence,
+/// unheard rejections, server-side transfers against
+/// [`MAX_FAULT_TRANSFER_SHARE`], cuts, apologies, latency against the
+/// baseline, a shared machine, validity.
+pub fn verdicts(rows: &[RunRow]) -> Vec<String> {
+    rows.iter()
+        .map(|r| {
+            let checks = checks(r);
+            let verdict = if checks.iter().any(|c| c.failed) {
+                "FAIL"
+            } else {
+                "PASS"
+            };
+            let parts: Vec<&str> = checks.iter().map(|c| c.text.as_str()).collect();
+            format!(
+                "{} offered ({:.1}× capacity): {verdict} — {}",
+                r.offered,
+                r.overload,
+                parts.join("; ")
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -556,7 +704,19 @@ mod tests {
         slow.resources.server_cpu_s = 4.0;
         slow.resources.machine_cpu_s = 9.0;
         let v = verdicts(&[base.clone(), slow.clone()]);
-        assert_eq!(v[0], "5 offered (0.2× capacity): 0 silent, 0 failed (ok)");
+        assert_eq!(
+            v[0],
+            "5 offered (0.2× capacity): PASS — 0 silent, 0 failed (ok); \
+             3 rejected, 0 of them without hearing the overflow prompt (ok); \
+             0 transferred by the watchdog and 0 on a provider failure, of 2 answered \
+             (0.0%; at most 1% allowed) (ok)"
+        );
+        assert!(!base.has_failures());
+        assert!(
+            v[1].starts_with("50 offered (0.2× capacity): FAIL — "),
+            "{}",
+            v[1]
+        );
         assert!(v[1].contains("1 silent, 0 failed (FAIL)"), "{}", v[1]);
         assert!(v[1].contains("+16.7% (OVER the 10% target)"), "{}", v[1]);
         assert!(v[1].contains("NOT A VALID MEASUREMENT"), "{}", v[1]);
@@ -584,5 +744,153 @@ mod tests {
         load.summary.max_send_lag_ms = 10;
         load.summary.media_frames_skipped = 3;
         assert!(!RunRow::new(setup(5), &load, &server, Resources::default()).generator_kept_up);
+    }
+
+    /// A load report over `outcomes`, one call each, with `apologies`
+    /// apologies heard on the first call.
+    fn report_of(outcomes: Vec<Outcome>, apologies: u32) -> LoadReport {
+        let mut calls: Vec<CallRecord> = outcomes
+            .into_iter()
+            .enumerate()
+            .map(|(i, o)| call(i, o, vec![]))
+            .collect();
+        if let Some(first) = calls.first_mut() {
+            first.prompts_heard.apology = apologies;
+        }
+        LoadReport::new(calls, Duration::from_secs(5))
+    }
+
+    fn clean_row() -> RunRow {
+        let (load, server) = sample_run();
+        RunRow::new(setup(5), &load, &server, Resources::default())
+    }
+
+    #[test]
+    fn server_side_transfers_and_cuts_are_not_served() {
+        let reason = |r: &str| r.to_string();
+        let load = report_of(
+            vec![
+                Outcome::Completed,
+                Outcome::EndedByBot {
+                    reason: reason("booking_confirmed"),
+                },
+                Outcome::Transferred {
+                    reason: reason("caller_requested_human"),
+                },
+                Outcome::WatchdogTransfer {
+                    reason: reason("tts_stalled"),
+                },
+                Outcome::FailoverTransfer {
+                    reason: reason("stt_failed"),
+                },
+                Outcome::CutShort {
+                    reason: reason("max_duration"),
+                },
+            ],
+            3,
+        );
+        let r = RunRow::new(setup(6), &load, &[], Resources::default());
+        assert_eq!((r.served, r.transferred, r.watchdog_transferred), (2, 1, 1));
+        assert_eq!(
+            (r.failover_transferred, r.cut_short, r.answered()),
+            (1, 1, 6)
+        );
+        assert_eq!(r.apologies_heard, 3);
+        assert!((r.fault_transfer_share() - 2.0 / 6.0).abs() < 1e-9);
+        // Only the two served calls count towards the served call length.
+        assert!((r.served_call_s - 1.0).abs() < 1e-9);
+        let v = verdicts(std::slice::from_ref(&r));
+        assert!(v[0].starts_with("6 offered"), "{}", v[0]);
+        assert!(v[0].contains(": FAIL — "), "{}", v[0]);
+        assert!(
+            v[0].contains(
+                "1 transferred by the watchdog and 1 on a provider failure, of 6 answered \
+                 (33.3%; at most 1% allowed) (FAIL)"
+            ),
+            "{}",
+            v[0]
+        );
+        assert!(v[0].contains("1 cut short by a server limit"), "{}", v[0]);
+        assert!(
+            v[0].contains("3 apologies for a stalled provider heard"),
+            "{}",
+            v[0]
+        );
+        let line = format_row(&r);
+        assert_eq!(line.len(), table_header().len(), "{line}");
+        assert!(r.has_failures());
+    }
+
+    #[test]
+    fn fault_transfers_fail_the_run_only_beyond_the_stated_share() {
+        let mut r = clean_row();
+        r.served = 99;
+        r.watchdog_transferred = 1;
+        // 1 of 100 answered is exactly the allowed 1%.
+        assert!((r.fault_transfer_share() - MAX_FAULT_TRANSFER_SHARE).abs() < 1e-12);
+        assert!(!r.has_failures());
+        r.failover_transferred = 1;
+        assert!(r.has_failures());
+        let v = verdicts(std::slice::from_ref(&r));
+        assert!(
+            v[0].contains("(2.0%; at most 1% allowed) (FAIL)"),
+            "{}",
+            v[0]
+        );
+        // Nothing answered but a transfer: all of it was the server's doing.
+        let mut none = clean_row();
+        none.served = 0;
+        none.watchdog_transferred = 1;
+        assert_eq!(none.fault_transfer_share(), 1.0);
+        none.watchdog_transferred = 0;
+        assert_eq!(none.fault_transfer_share(), 0.0);
+    }
+
+    #[test]
+    fn an_unheard_rejection_fails_the_run() {
+        let (mut load, server) = sample_run();
+        load.calls[2].outcome = Outcome::Rejected {
+            how: "overflow_mark".into(),
+            reason: "queue_timeout".into(),
+            prompt_heard: false,
+            time_to_rejection_ms: 4_100,
+        };
+        let load = LoadReport::new(load.calls, Duration::from_secs(5));
+        let r = RunRow::new(setup(5), &load, &server, Resources::default());
+        assert_eq!((r.rejected, r.rejected_prompt_unheard), (3, 1));
+        assert!(r.has_failures());
+        let v = verdicts(std::slice::from_ref(&r));
+        assert!(
+            v[0].contains("3 rejected, 1 of them without hearing the overflow prompt (FAIL)"),
+            "{}",
+            v[0]
+        );
+        assert!(
+            v[0].contains(": FAIL — 0 silent, 0 failed (ok)"),
+            "{}",
+            v[0]
+        );
+    }
+
+    #[test]
+    fn an_invalid_run_fails_the_verdict_however_good_it_looks() {
+        let mut r = clean_row();
+        assert!(!r.has_failures());
+        r.generator_kept_up = false;
+        r.max_send_lag_ms = 250;
+        assert!(r.has_failures());
+        let v = verdicts(std::slice::from_ref(&r));
+        assert!(
+            v[0].contains(": FAIL — 0 silent, 0 failed (ok)"),
+            "{}",
+            v[0]
+        );
+        assert!(
+            v[0].ends_with(
+                "NOT A VALID MEASUREMENT: the load generator lagged 250 ms and skipped 0 frames (FAIL)"
+            ),
+            "{}",
+            v[0]
+        );
     }
 }

@@ -10,6 +10,8 @@ use super::*;
 use crate::ids::{AccountSid, CallSid, StreamSid};
 use crate::partner_wire::PartnerFormat;
 
+mod heard;
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -144,6 +146,45 @@ impl Harness {
         let bytes = audio.frame_bytes() / 20 * play_ms;
         self.caller.handle_binary(t, &vec![0x55; bytes]);
         self.drain();
+    }
+
+    /// Bot audio as the server sends it, all at `t`: `audio` in messages of
+    /// `frames` 20 ms frames, the last one padded with silence. Returns its
+    /// playing time.
+    fn send_audio(&mut self, t: Duration, audio: &[u8], frames: usize) -> Duration {
+        self.run_until(t);
+        let format = self.caller.audio;
+        let len = format.frame_bytes() * frames;
+        let mut sent = 0;
+        for chunk in audio.chunks(len) {
+            let mut msg = chunk.to_vec();
+            msg.resize(len, transport::silence_byte(format));
+            sent += msg.len();
+            match self.caller.plan.protocol {
+                CallProtocol::Twilio => {
+                    let sid = ids().stream.to_string();
+                    let payload = B64.encode(&msg);
+                    let v = json!({"event":"media","streamSid":sid,"media":{"payload":payload}});
+                    self.caller.handle_text(t, &v.to_string());
+                }
+                CallProtocol::Partner(_) => self.caller.handle_binary(t, &msg),
+            }
+            self.drain();
+        }
+        transport::playing_time(format, sent)
+    }
+
+    /// One of the server's bundled prompts, in `frames`-frame messages.
+    fn prompt(&mut self, t: Duration, prompt: Prompt, frames: usize) -> Duration {
+        let audio = crate::prompts::audio(prompt, self.caller.audio).unwrap();
+        self.send_audio(t, &audio, frames)
+    }
+
+    /// Speech-like bot audio (a TTS reply), in 20 ms messages.
+    fn speech(&mut self, t: Duration, play_ms: u32) -> Duration {
+        let format = self.caller.audio;
+        let samples = SpeechSynth::new(format.sample_rate, 99).utterance(play_ms);
+        self.send_audio(t, &transport::encode(format, &samples), 1)
     }
 
     fn partner_mark(&mut self, t: Duration, name: &str) {
@@ -393,14 +434,15 @@ fn no_greeting_at_all_is_silent_in_the_greeting_phase() {
 fn an_overflow_prompt_played_to_its_mark_is_a_heard_rejection() {
     let mut h = Harness::new(&[(0, 200)]);
     h.open(ms(5));
-    h.audio(ms(50), 1_500);
+    let played = h.prompt(ms(50), Prompt::Overflow, 25);
+    assert_eq!(played, ms(3_500), "seven 500 ms chunks");
     h.mark(ms(50), "callgate-overflow:capacity");
-    h.run_until(ms(1_560));
+    h.run_until(ms(3_560));
     assert_eq!(
         h.echo_times(),
-        [("callgate-overflow:capacity".to_string(), ms(1_550))]
+        [("callgate-overflow:capacity".to_string(), ms(3_550))]
     );
-    h.caller.handle_closed(ms(1_600), Some(1000), "");
+    h.caller.handle_closed(ms(3_600), Some(1000), "");
     assert!(h.caller.is_done());
     assert!(!h.caller.is_admitted());
     let r = h.record();
@@ -412,6 +454,8 @@ fn an_overflow_prompt_played_to_its_mark_is_a_heard_rejection() {
     };
     assert_eq!(r.outcome, expected);
     assert_eq!(r.max_owed_silence_ms, 50);
+    assert_eq!(r.prompts_heard.overflow, 1);
+    assert_eq!(r.time_to_greeting_ms, None, "a refusal is no greeting");
 }
 
 #[test]
@@ -733,18 +777,18 @@ fn a_partner_transfer_is_classified_by_its_mark_and_recorded() {
 fn a_partner_overflow_is_the_same_rejection_as_over_twilio() {
     let mut h = Harness::partner(&[(0, 200)], PartnerFormat::L16);
     h.open(ms(5));
-    h.binary_audio(ms(50), 1_500);
+    h.prompt(ms(50), Prompt::Overflow, 25);
     h.partner_mark(ms(50), "callgate-overflow:queue_full");
-    h.run_until(ms(1_560));
+    h.run_until(ms(3_560));
     assert_eq!(
         played_times(&h),
-        [("callgate-overflow:queue_full".to_string(), ms(1_550))]
+        [("callgate-overflow:queue_full".to_string(), ms(3_550))]
     );
     h.server(
-        ms(1_560),
+        ms(3_560),
         json!({"event":"transfer","target":"","reason":"queue_full"}),
     );
-    h.caller.handle_closed(ms(1_570), Some(1000), "");
+    h.caller.handle_closed(ms(3_570), Some(1000), "");
     let r = h.record();
     let expected = Outcome::Rejected {
         how: "overflow_mark".into(),
