@@ -265,7 +265,7 @@ impl Harness {
     fn open_counts(&self) -> [u64; 4] {
         [
             self.sims.stt.stats().open_sessions,
-            self.sims.tts.stats().open_sessions,
+            self.sims.tts.stats().open_sessions + self.sims.cartesia.stats().open_sessions,
             self.sims.dialog.stats().open_sessions,
             self.server.app.gate.snapshot().active as u64,
         ]
@@ -344,13 +344,23 @@ pub fn add_partner(cfg: &mut Config, id: &str, key: &str, quota: Option<u32>) {
 /// reply `i` context `i + 2`. A reply cut short cannot pass as served.
 /// Needs the call to be the only (or the last) TTS session of the run.
 pub fn assert_bot_audio_delivered(h: &Harness, call: &callgate_load::CallRecord) {
-    let sessions = h.sims.tts.sessions();
-    let tts = sessions.last().expect("a TTS session");
+    // Whichever TTS vendor's simulator the call used.
+    let contexts = match h.sims.tts.sessions().last() {
+        Some(s) => s.contexts.clone(),
+        None => h
+            .sims
+            .cartesia
+            .sessions()
+            .last()
+            .expect("a TTS session (ElevenLabs or Cartesia)")
+            .contexts
+            .clone(),
+    };
     let generated = |ctx: usize| {
-        tts.contexts
+        contexts
             .get(&format!("ctx-{ctx}"))
             .map(|c| c.audio_ms)
-            .unwrap_or_else(|| panic!("no audio generated for ctx-{ctx}: {tts:#?}"))
+            .unwrap_or_else(|| panic!("no audio generated for ctx-{ctx}: {contexts:#?}"))
     };
     let mut heard = vec![call.greeting_audio_ms.expect("greeting audio measured")];
     heard.extend(call.reply_audio_ms.iter().copied());
@@ -429,5 +439,16 @@ pub fn assert_stamps_in_order(l: &Ledger) {
             names[i - 1],
             names[i]
         );
+    }
+}
+
+impl Harness {
+    /// Freezes the test's Postgres whole (SIGSTOP to the postmaster and
+    /// every backend) until the guard is thawed or dropped (SIGCONT), so a
+    /// failing test never leaves it stopped. Do not query `db` meanwhile.
+    pub fn freeze_database(&self) -> callgate_rig::Frozen {
+        self.database
+            .freeze()
+            .expect("freeze the throwaway Postgres")
     }
 }

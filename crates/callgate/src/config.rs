@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
+use reconnect::ReconnectPolicy;
 use serde::{Deserialize, Serialize};
 
 /// The whole configuration.
@@ -238,7 +239,7 @@ impl Default for DatabaseConfig {
             setup_timeout_ms: 2_000,
             writers: 4,
             write_queue_per_writer: 4_096,
-            retry_window_s: 30,
+            retry_window_s: 60,
         }
     }
 }
@@ -265,6 +266,10 @@ pub struct SttSection {
     pub utterance_end_ms: u32,
     pub connect_timeout_ms: u64,
     pub close_timeout_ms: u64,
+    /// Mid-call reconnect of a dropped stream (`[stt.reconnect]`:
+    /// `initial_ms`, `max_ms`, `budget_ms`, `max_attempts`). Past the
+    /// budget the call apologises and transfers.
+    pub reconnect: ReconnectPolicy,
 }
 
 impl Default for SttSection {
@@ -279,6 +284,7 @@ impl Default for SttSection {
             utterance_end_ms: 1_000,
             connect_timeout_ms: 2_000,
             close_timeout_ms: 2_000,
+            reconnect: ReconnectPolicy::default(),
         }
     }
 }
@@ -286,27 +292,42 @@ impl Default for SttSection {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TtsSection {
-    /// ElevenLabs-compatible base URL (`wss://api.elevenlabs.io`).
+    /// Which vendor's WebSocket protocol: `"elevenlabs"` (default,
+    /// `multi-stream-input`) or `"cartesia"` (`/tts/websocket`). The call
+    /// does not know which one it talks to.
+    pub provider: tts_client::Provider,
+    /// Base URL: `wss://api.elevenlabs.io`, `wss://api.cartesia.ai`, or a
+    /// simulator's `ws://host:port`.
     pub base_url: String,
+    /// The vendor's voice id.
     pub voice_id: String,
+    /// The vendor's model id (`eleven_flash_v2_5`, `sonic-2`, …).
     pub model_id: String,
+    /// `Cartesia-Version` sent to Cartesia (ignored for ElevenLabs).
+    pub cartesia_version: String,
     pub api_key: Option<String>,
     /// Concurrent sockets the account allows (an admission ceiling).
     pub max_sessions: u32,
     pub connect_timeout_ms: u64,
     pub close_timeout_ms: u64,
+    /// Mid-call reconnect of a dropped socket (`[tts.reconnect]`); the
+    /// reply in progress resumes from the text not yet heard.
+    pub reconnect: ReconnectPolicy,
 }
 
 impl Default for TtsSection {
     fn default() -> Self {
         TtsSection {
+            provider: tts_client::Provider::ElevenLabs,
             base_url: "ws://127.0.0.1:8082".to_string(),
             voice_id: "21m00Tcm4TlvDq8ikWAM".to_string(),
             model_id: "eleven_flash_v2_5".to_string(),
+            cartesia_version: tts_client::DEFAULT_CARTESIA_VERSION.to_string(),
             api_key: None,
             max_sessions: 50,
             connect_timeout_ms: 2_000,
             close_timeout_ms: 2_000,
+            reconnect: ReconnectPolicy::default(),
         }
     }
 }
@@ -322,6 +343,9 @@ pub struct DialogSection {
     pub channels: usize,
     pub connect_timeout_ms: u64,
     pub open_timeout_ms: u64,
+    /// Mid-call reconnect of a dropped stream (`[dialog.reconnect]`); the
+    /// conversation resumes and the unanswered turn is sent again.
+    pub reconnect: ReconnectPolicy,
 }
 
 impl Default for DialogSection {
@@ -332,6 +356,7 @@ impl Default for DialogSection {
             channels: 4,
             connect_timeout_ms: 2_000,
             open_timeout_ms: 2_000,
+            reconnect: ReconnectPolicy::default(),
         }
     }
 }
@@ -502,6 +527,15 @@ impl Config {
             return bad(
                 "twilio.shared_key_secret must be the SharedKey secret exactly: not empty, no surrounding whitespace",
             );
+        }
+        for (name, policy) in [
+            ("stt", &self.stt.reconnect),
+            ("tts", &self.tts.reconnect),
+            ("dialog", &self.dialog.reconnect),
+        ] {
+            policy
+                .validate()
+                .map_err(|e| ConfigError::Invalid(format!("{name}.reconnect: {e}")))?;
         }
         self.validate_partners()
     }

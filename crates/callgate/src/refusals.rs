@@ -22,8 +22,6 @@ use tracing::warn;
 const QUEUE: usize = 16_384;
 /// Rows per statement.
 const BATCH: usize = 500;
-/// Attempts per batch before its rows are counted lost.
-const ATTEMPTS: u32 = 5;
 /// Bound on one batch write.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -37,9 +35,17 @@ pub struct RefusalLog {
 
 impl RefusalLog {
     /// Starts the writer; it drains what is queued and stops after `stop`.
-    pub fn start(store: Store, stop: CancellationToken) -> (RefusalLog, JoinHandle<()>) {
+    /// A batch is retried (capped backoff) for `retry_window` — the window
+    /// the write-behind queue keeps per-turn writes for — before its rows
+    /// are counted lost, so a database that freezes for less than that
+    /// loses no refusal.
+    pub fn start(
+        store: Store,
+        stop: CancellationToken,
+        retry_window: Duration,
+    ) -> (RefusalLog, JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(QUEUE);
-        let task = tokio::spawn(write_loop(store, rx, stop));
+        let task = tokio::spawn(write_loop(store, rx, stop, retry_window));
         (RefusalLog { tx }, task)
     }
 
@@ -51,7 +57,12 @@ impl RefusalLog {
     }
 }
 
-async fn write_loop(store: Store, mut rx: mpsc::Receiver<Rejection>, stop: CancellationToken) {
+async fn write_loop(
+    store: Store,
+    mut rx: mpsc::Receiver<Rejection>,
+    stop: CancellationToken,
+    window: Duration,
+) {
     loop {
         let first = tokio::select! {
             r = rx.recv() => r,
@@ -59,12 +70,12 @@ async fn write_loop(store: Store, mut rx: mpsc::Receiver<Rejection>, stop: Cance
         };
         let Some(first) = first else { break };
         let batch = gather(first, &mut rx);
-        write_batch(&store, &batch).await;
+        write_batch(&store, &batch, window).await;
     }
     // Stopping: write whatever is still queued.
     while let Ok(first) = rx.try_recv() {
         let batch = gather(first, &mut rx);
-        write_batch(&store, &batch).await;
+        write_batch(&store, &batch, window).await;
     }
 }
 
@@ -79,18 +90,19 @@ fn gather(first: Rejection, rx: &mut mpsc::Receiver<Rejection>) -> Vec<Rejection
     batch
 }
 
-async fn write_batch(store: &Store, batch: &[Rejection]) {
+async fn write_batch(store: &Store, batch: &[Rejection], window: Duration) {
+    let give_up = tokio::time::Instant::now() + window;
     let mut backoff = Duration::from_millis(100);
-    for attempt in 1..=ATTEMPTS {
-        match tokio::time::timeout(WRITE_TIMEOUT, store.record_rejections(batch)).await {
+    loop {
+        let error = match tokio::time::timeout(WRITE_TIMEOUT, store.record_rejections(batch)).await
+        {
             Ok(Ok(_)) => return,
-            Ok(Err(e)) if attempt == ATTEMPTS => {
-                warn!(error = %e, rows = batch.len(), "refusal records lost")
-            }
-            Err(_) if attempt == ATTEMPTS => {
-                warn!(rows = batch.len(), "refusal records lost: writes timed out")
-            }
-            _ => {}
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "write timed out".to_string(),
+        };
+        if tokio::time::Instant::now() + backoff >= give_up {
+            warn!(error = %error, rows = batch.len(), window_s = window.as_secs(), "refusal records lost");
+            break;
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(2));

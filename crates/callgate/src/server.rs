@@ -43,11 +43,15 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
         connect_timeout: ms(cfg.dialog.connect_timeout_ms),
         open_timeout: ms(cfg.dialog.open_timeout_ms),
         channels: cfg.dialog.channels,
+        reconnect: cfg.dialog.reconnect,
     })?;
     let listen = cfg.server.listen;
     let background = CancellationToken::new();
-    let (refusals, refusal_writer) =
-        crate::refusals::RefusalLog::start(store.clone(), background.clone());
+    let (refusals, refusal_writer) = crate::refusals::RefusalLog::start(
+        store.clone(),
+        background.clone(),
+        Duration::from_secs(cfg.database.retry_window_s),
+    );
     let app = Arc::new(App::new(
         cfg,
         config_path,

@@ -1,7 +1,7 @@
 //! The rig's Postgres: a throwaway cluster, or an existing database.
 
 use anyhow::Context;
-use state_store::{LocalOptions, LocalPostgres};
+use state_store::{Frozen, LocalOptions, LocalPostgres};
 
 /// The database a rig's server uses. A throwaway cluster is stopped and
 /// deleted by [`Database::stop`] (or on drop); an existing database is left
@@ -61,6 +61,23 @@ impl Database {
     /// The throwaway cluster, when this is one.
     pub fn local_postgres(&self) -> Option<&LocalPostgres> {
         self.local.as_ref()
+    }
+
+    /// Freezes the throwaway cluster with SIGSTOP — the postmaster and every
+    /// backend and auxiliary process — until the returned guard is thawed
+    /// or dropped (SIGCONT). Connections already open stop answering as
+    /// well as new ones: Postgres hangs, it does not refuse.
+    ///
+    /// # Errors
+    /// This is not a throwaway cluster (an existing database is never
+    /// signalled), its postmaster pid cannot be read, or the processes
+    /// could not be stopped.
+    pub fn freeze(&self) -> anyhow::Result<Frozen> {
+        let pg = self
+            .local
+            .as_ref()
+            .context("only a throwaway cluster can be frozen")?;
+        pg.freeze().context("freezing the throwaway Postgres")
     }
 
     /// Stops and deletes a throwaway cluster (`pg_ctl stop`, off the async

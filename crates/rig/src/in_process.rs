@@ -88,6 +88,7 @@ impl InProcess {
             .context("starting the simulators")?;
         let mut cfg = server_config(&sims.addrs, database.conninfo(), &opts.instance);
         tweak(&mut cfg);
+        crate::aim_tts(&mut cfg, &sims.addrs);
         let started = async {
             if let Some(path) = &opts.config_file {
                 write_config(path, &cfg)?;

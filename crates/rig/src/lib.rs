@@ -6,7 +6,8 @@
 //!
 //! - [`Database`]: a throwaway `state_store::LocalPostgres` (started as the
 //!   `postgres` user when run as root), or the database
-//!   `CALLGATE_DATABASE_URL` names.
+//!   `CALLGATE_DATABASE_URL` names; [`Database::freeze`] stops a throwaway
+//!   cluster whole with SIGSTOP until its [`Frozen`] guard is dropped.
 //! - [`server_config`]: the server's [`Config`] pointed at the simulators and
 //!   a database; [`write_config`] writes one as the TOML an operator edits.
 //! - [`InProcess`]: the simulators and the server in this process, on
@@ -56,6 +57,7 @@ pub use child::ChildProcess;
 pub use database::Database;
 pub use in_process::{InProcess, InProcessOptions, Leftovers};
 pub use processes::{ProcessOptions, Processes};
+pub use state_store::Frozen;
 
 /// The server's configuration on embedded defaults, pointed at simulators
 /// listening on `sims`, at the database `conninfo`, with its ledger owner
@@ -70,6 +72,16 @@ pub fn server_config(sims: &SimAddrs, conninfo: &str, instance: &str) -> Config 
     cfg.dialog.endpoint = format!("http://{}", sims.dialog_grpc);
     cfg.tools.base_url = format!("http://{}/tools", sims.dialog_http);
     cfg
+}
+
+/// After a tweak chose `tts.provider = "cartesia"` and left the TTS URL on
+/// the ElevenLabs simulator, points it at the Cartesia simulator instead:
+/// choosing the vendor is all a test or the demo has to say.
+pub fn aim_tts(cfg: &mut Config, sims: &SimAddrs) {
+    let elevenlabs = format!("ws://{}", sims.tts);
+    if cfg.tts.provider == tts_client::Provider::Cartesia && cfg.tts.base_url == elevenlabs {
+        cfg.tts.base_url = format!("ws://{}", sims.cartesia);
+    }
 }
 
 /// Writes `cfg` to `path` as TOML: every key, as an operator would edit it
@@ -95,6 +107,7 @@ mod tests {
             tts: "127.0.0.1:1002".parse().unwrap(),
             dialog_grpc: "127.0.0.1:1003".parse().unwrap(),
             dialog_http: "127.0.0.1:1004".parse().unwrap(),
+            cartesia: "127.0.0.1:1005".parse().unwrap(),
         };
         // Quotes and backslashes survive: a socket directory may hold either.
         let url = r#"host=/tmp/a "b"\c port=5432 user=postgres"#;

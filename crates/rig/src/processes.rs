@@ -74,18 +74,20 @@ impl Processes {
         let dir = std::env::temp_dir().join(format!("callgate-{}", opts.instance));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let http = reqwest::Client::builder().timeout(HTTP_TIMEOUT).build()?;
-        let ports = free_ports(5)?;
+        let ports = free_ports(6)?;
         let at = |i: usize| SocketAddr::from(([127, 0, 0, 1], ports[i]));
         let sim_addrs = SimAddrs {
             stt: at(0),
             tts: at(1),
             dialog_grpc: at(2),
             dialog_http: at(3),
+            cartesia: at(5),
         };
         let sims = start_sims(&opts.exe, &dir, &opts.sim, &sim_addrs, &http).await?;
         let mut config = server_config(&sim_addrs, database.conninfo(), &opts.instance);
         config.server.listen = at(4);
         tweak(&mut config);
+        crate::aim_tts(&mut config, &sim_addrs);
         let config_path = dir.join("server.toml");
         write_config(&config_path, &config)?;
         let args = [
@@ -216,12 +218,14 @@ async fn start_sims(
         addrs.dialog_grpc.to_string(),
         "--dialog-http".into(),
         addrs.dialog_http.to_string(),
+        "--cartesia".into(),
+        addrs.cartesia.to_string(),
         "--config".into(),
         cfg_path.display().to_string(),
     ]
     .into();
     let mut sims = ChildProcess::spawn("simulators", exe, &args, dir.join("sims.log"))?;
-    for addr in [addrs.stt, addrs.tts, addrs.dialog_http] {
+    for addr in [addrs.stt, addrs.tts, addrs.dialog_http, addrs.cartesia] {
         sims.wait_ready(http, &format!("http://{addr}/stats"), SIMS_READY)
             .await?;
     }

@@ -64,11 +64,14 @@
 //! ```
 //!
 //! For tests and local runs, [`LocalPostgres`] starts a throwaway cluster on
-//! a unix socket from the system's PostgreSQL binaries.
+//! a unix socket from the system's PostgreSQL binaries;
+//! [`LocalPostgres::freeze`] stops it whole with SIGSTOP (postmaster and
+//! backends) until the returned [`Frozen`] guard is dropped.
 
 mod config;
 mod conn;
 mod error;
+mod freeze;
 mod ids;
 pub mod local;
 mod migrate;
@@ -80,6 +83,7 @@ mod writebehind;
 pub use config::StoreConfig;
 pub use conn::PoolStatus;
 pub use error::{ErrorSource, StoreError, WriteRejected};
+pub use freeze::Frozen;
 pub use ids::{CallId, CleanupStatus, OwnerEpoch, Speaker, Stage};
 pub use local::{LocalOptions, LocalPostgres};
 pub use rows::{

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use crate::config::StoreConfig;
 use crate::error::StoreError;
+use crate::freeze::Frozen;
 
 /// Unix socket paths are limited to ~107 bytes; leave room for
 /// `/sock/.s.PGSQL.NNNNN`.
@@ -123,6 +124,18 @@ impl LocalPostgres {
             step: "read postmaster.pid",
             detail: format!("not a pid: {first:?}"),
         })
+    }
+
+    /// Freezes the cluster with SIGSTOP — the postmaster first (so it forks
+    /// nothing new), then every backend and auxiliary process — until the
+    /// returned guard is thawed or dropped (SIGCONT). Open connections stop
+    /// answering as well as new ones: Postgres hangs, it does not refuse.
+    ///
+    /// # Errors
+    /// `LocalPostgres` when the pid cannot be read or the processes could
+    /// not be stopped (whatever was stopped is continued).
+    pub fn freeze(&self) -> Result<Frozen, StoreError> {
+        Frozen::stop(self.pid()?)
     }
 
     /// Stops the server (`pg_ctl -m immediate`) and deletes its directory.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use crate::config::StoreConfig;
-use crate::conn::{Pool, PoolStatus};
+use crate::conn::{Conn, Pool, PoolStatus};
 use crate::error::StoreError;
 use crate::ids::{CallId, OwnerEpoch};
 use crate::migrate;
@@ -100,13 +100,35 @@ impl Store {
     /// instance, and returns its owner epoch. Retrying after a timeout is
     /// safe: a call this instance already opened returns its epoch.
     ///
+    /// Cancel-safe with respect to the database: the row is written in a
+    /// transaction that commits only while this future is still awaited. A
+    /// caller that gives up (the setup deadline) drops it before `COMMIT`
+    /// is sent; the connection is discarded and Postgres rolls the insert
+    /// back when the connection ends — even when the statement sat in a
+    /// stalled or frozen backend and ran long after the caller left, which
+    /// as a single autocommit statement left a receipt nobody would close.
+    /// What remains is a caller giving up while its `COMMIT` is in flight.
+    ///
     /// # Errors
     /// `CallOwned` when another instance already owns the id.
     pub async fn open_call(&self, call: NewCall) -> Result<OwnerEpoch, StoreError> {
         let op = "open_call";
+        let mut conn = self.inner.pool.checkout().await?;
+        conn.begin(op).await?;
+        let claimed = self.claim(&mut conn, &call).await;
+        if matches!(claimed, Ok(_) | Err(StoreError::CallOwned { .. })) {
+            // Statements succeeded: commit (nothing was written when owned).
+            conn.commit(op).await?;
+        }
+        // On any other error the guard discards the connection mid-transaction.
+        claimed
+    }
+
+    /// Inserts the call's rows, or reads who already owns the id.
+    async fn claim(&self, conn: &mut Conn, call: &NewCall) -> Result<OwnerEpoch, StoreError> {
+        let op = "open_call";
         let instance = &self.inner.cfg.instance;
         let wait_ms = millis(call.admission_wait);
-        let mut conn = self.inner.pool.checkout().await?;
         let rows = conn
             .query(
                 op,
