@@ -95,15 +95,17 @@ async fn asking_for_a_person_transfers_the_call() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_stt_stream_that_dies_mid_call_ends_in_a_spoken_transfer() {
+async fn an_stt_stream_that_dies_mid_call_and_stays_down_ends_in_a_spoken_transfer() {
     let mut sim = SimConfig::default();
     sim.stt.close_after_ms = Some(4_000);
+    // Down for longer than the reconnect budget.
+    sim.stt.down_after_fault_ms = Some(600_000);
     let h = Harness::start(sim, |_| {}).await;
     let report = callgate_load::run(load(&h, 1, 3)).await;
     let call = &report.calls[0];
     assert_eq!(
         call.outcome,
-        Outcome::Transferred {
+        Outcome::FailoverTransfer {
             reason: "stt_failed".into()
         },
         "{call:#?}"

@@ -9,7 +9,18 @@ use callgate_tests::{Harness, assert_bot_audio_delivered, assert_stamps_in_order
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_is_heard_answered_recorded_and_closed() {
-    let h = Harness::start(SimConfig::default(), |_| {}).await;
+    one_call(tts_client::Provider::ElevenLabs).await;
+}
+
+/// The same call with `tts.provider = "cartesia"` against the Cartesia
+/// simulator: the call core does not know which vendor it talks to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_is_heard_answered_recorded_and_closed_with_cartesia() {
+    one_call(tts_client::Provider::Cartesia).await;
+}
+
+async fn one_call(provider: tts_client::Provider) {
+    let h = Harness::start(SimConfig::default(), |c| c.tts.provider = provider).await;
 
     let report = callgate_load::run(load(&h, 1, 3)).await;
     let call = &report.calls[0];
@@ -25,8 +36,24 @@ async fn a_call_is_heard_answered_recorded_and_closed() {
     );
     assert_eq!(call.reply_latency_ms.len(), 3);
     assert_bot_audio_delivered(&h, call);
-    let tts = h.sims.tts.stats();
-    assert_eq!(tts.output_formats.get("ulaw_8000"), Some(&1), "{tts:#?}");
+    match provider {
+        tts_client::Provider::Cartesia => {
+            let cartesia = h.sims.cartesia.stats();
+            assert_eq!(h.sims.tts.stats().total_sessions, 0, "ElevenLabs unused");
+            assert_eq!(cartesia.total_sessions, 1, "{cartesia:#?}");
+            // Counted per context: the greeting and three replies.
+            assert_eq!(
+                cartesia.output_formats.get("pcm_mulaw_8000"),
+                Some(&4),
+                "{cartesia:#?}"
+            );
+        }
+        _ => {
+            let tts = h.sims.tts.stats();
+            assert_eq!(tts.output_formats.get("ulaw_8000"), Some(&1), "{tts:#?}");
+            assert_eq!(h.sims.cartesia.stats().total_sessions, 0, "Cartesia unused");
+        }
+    }
     let stt = h.sims.stt.stats();
     assert_eq!(stt.formats.get("mulaw/8000"), Some(&1), "{stt:#?}");
 

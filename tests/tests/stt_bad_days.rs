@@ -44,13 +44,16 @@ async fn transferred(sim: SimConfig, reason: &str, ledger_reason: &str) {
     let h = Harness::start(sim, |_| {}).await;
     let report = callgate_load::run(load(&h, 1, 3)).await;
     let call = &report.calls[0];
-    assert_eq!(
-        call.outcome,
-        Outcome::Transferred {
-            reason: reason.into()
-        },
-        "{call:#?}"
-    );
+    let expected = if reason.ends_with("_stalled") {
+        Outcome::WatchdogTransfer {
+            reason: reason.into(),
+        }
+    } else {
+        Outcome::FailoverTransfer {
+            reason: reason.into(),
+        }
+    };
+    assert_eq!(call.outcome, expected, "{call:#?}");
     assert!(
         call.max_owed_silence_ms < 3_000,
         "the prompt must fill the gap: {call:#?}"
@@ -76,9 +79,18 @@ async fn no_speech_final_is_covered_by_utterance_end() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_error_then_close_mid_stream_apologizes_and_transfers() {
+async fn an_error_then_close_mid_stream_is_ridden_out_by_a_reconnect() {
     let mut sim = SimConfig::default();
     sim.stt.error_then_close_ms = Some(4_000);
+    sim.stt.faulty_sessions = Some(1);
+    every_utterance_answered(sim).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_then_close_with_the_provider_staying_down_apologizes_and_transfers() {
+    let mut sim = SimConfig::default();
+    sim.stt.error_then_close_ms = Some(4_000);
+    sim.stt.down_after_fault_ms = Some(600_000);
     transferred(sim, "stt_failed", "provider_failed:stt").await;
 }
 

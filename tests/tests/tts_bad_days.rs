@@ -46,7 +46,7 @@ async fn a_quota_error_mid_call_ends_through_the_transfer_path() {
     let report = callgate_load::run(load(&h, 1, 3)).await;
     let call = &report.calls[0];
     assert!(
-        matches!(call.outcome, Outcome::Transferred { .. }),
+        matches!(call.outcome, Outcome::FailoverTransfer { .. }),
         "{call:#?}"
     );
     let ledger = h.closed_ledger(&call.call_sid.to_string()).await;
@@ -70,7 +70,9 @@ async fn a_refused_generation_gets_every_reply_or_a_recorded_transfer_never_sile
     for call in &report.calls {
         match &call.outcome {
             Outcome::Completed => assert_eq!(call.replies_heard, 3, "{call:#?}"),
-            Outcome::Transferred { reason } => assert!(!reason.is_empty(), "{call:#?}"),
+            Outcome::WatchdogTransfer { reason } | Outcome::FailoverTransfer { reason } => {
+                assert!(!reason.is_empty(), "{call:#?}")
+            }
             other => panic!("neither every reply nor a transfer: {other:?} {call:#?}"),
         }
         assert!(

@@ -12,7 +12,7 @@ async fn stalled_call(sim: SimConfig, culprit: &str) {
     let call = &report.calls[0];
     assert_eq!(
         call.outcome,
-        Outcome::Transferred {
+        Outcome::WatchdogTransfer {
             reason: format!("{culprit}_stalled")
         },
         "{call:#?}"
@@ -21,6 +21,14 @@ async fn stalled_call(sim: SimConfig, culprit: &str) {
         call.max_owed_silence_ms < 3_000,
         "the apology must fill the gap: {call:#?}"
     );
+    // What the caller heard is told apart by its audio: the apology (not
+    // counted as a reply) and the transfer prompt.
+    assert!(call.apologies_heard >= 1, "{call:#?}");
+    assert_eq!(
+        call.replies_heard, 0,
+        "an apology is not a reply: {call:#?}"
+    );
+    assert_eq!(call.prompts_heard.transfer, 1, "{call:#?}");
 
     let ledger = h.closed_ledger(&call.call_sid.to_string()).await;
     assert_eq!(
@@ -70,7 +78,7 @@ async fn the_hard_maximum_duration_ends_a_call_with_a_goodbye() {
     let call = &report.calls[0];
     assert_eq!(
         call.outcome,
-        Outcome::EndedByBot {
+        Outcome::CutShort {
             reason: "max_duration".into()
         },
         "{call:#?}"

@@ -169,6 +169,7 @@ impl App {
             connect_timeout: ms(c.connect_timeout_ms),
             keepalive_interval: Duration::from_secs(4),
             close_timeout: ms(c.close_timeout_ms),
+            reconnect: c.reconnect,
         }
     }
 
@@ -176,10 +177,16 @@ impl App {
     pub fn tts_config(&self, format: LegFormat) -> tts_client::TtsConfig {
         let c = &self.cfg().tts;
         tts_client::TtsConfig {
+            provider: c.provider,
             base_url: c.base_url.clone(),
             voice_id: c.voice_id.clone(),
-            model_id: c.model_id.clone(),
+            model_id: c
+                .model_id
+                .clone()
+                .unwrap_or_else(|| c.provider.default_model().to_owned()),
             api_key: c.api_key.clone(),
+            cartesia_version: c.cartesia_version.clone(),
+            reconnect: c.reconnect,
             output_format: format.tts(),
             connect_timeout: ms(c.connect_timeout_ms),
             keepalive_interval: Duration::from_secs(10),

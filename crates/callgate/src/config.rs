@@ -301,8 +301,9 @@ pub struct TtsSection {
     pub base_url: String,
     /// The vendor's voice id.
     pub voice_id: String,
-    /// The vendor's model id (`eleven_flash_v2_5`, `sonic-2`, …).
-    pub model_id: String,
+    /// The vendor's model id; unset: the vendor's low-latency streaming
+    /// model (`eleven_flash_v2_5`, Cartesia `sonic-3`).
+    pub model_id: Option<String>,
     /// `Cartesia-Version` sent to Cartesia (ignored for ElevenLabs).
     pub cartesia_version: String,
     pub api_key: Option<String>,
@@ -321,7 +322,7 @@ impl Default for TtsSection {
             provider: tts_client::Provider::ElevenLabs,
             base_url: "ws://127.0.0.1:8082".to_string(),
             voice_id: "21m00Tcm4TlvDq8ikWAM".to_string(),
-            model_id: "eleven_flash_v2_5".to_string(),
+            model_id: None,
             cartesia_version: tts_client::DEFAULT_CARTESIA_VERSION.to_string(),
             api_key: None,
             max_sessions: 50,

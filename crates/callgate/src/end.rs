@@ -37,6 +37,17 @@ pub enum Provider {
     Dialog,
 }
 
+impl Provider {
+    /// The metric label and receipt key.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Provider::Stt => "stt",
+            Provider::Tts => "tts",
+            Provider::Dialog => "dialog",
+        }
+    }
+}
+
 /// Who is to blame for a stall the watchdog acted on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Culprit {

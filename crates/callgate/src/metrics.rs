@@ -41,6 +41,12 @@ pub const WRITES_LOST: &str = "callgate_call_writes_lost_total";
 pub const TEARDOWN_SECONDS: &str = "callgate_call_teardown_seconds";
 pub const DRAINING: &str = "callgate_draining";
 pub const STALLS: &str = "callgate_call_stalls_total";
+/// Mid-call provider reconnect attempts, by `provider` and `why`
+/// (`down`: the connection dropped or an attempt found it down;
+/// `capacity`: an attempt was refused for capacity).
+pub const RECONNECT_ATTEMPTS: &str = "callgate_provider_reconnect_attempts_total";
+/// Mid-call provider connections restored, by `provider`.
+pub const RECONNECTED: &str = "callgate_provider_reconnected_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 

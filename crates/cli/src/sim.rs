@@ -22,7 +22,11 @@ pub struct SimArgs {
     /// Address for the dialog HTTP side (/stats, /admin/config, /tools/{name}).
     #[arg(long, default_value = "127.0.0.1:8084")]
     pub dialog_http: SocketAddr,
-    /// Simulator settings as JSON (`{"stt":{...},"tts":{...},"dialog":{...}}`).
+    /// Address for the Cartesia TTS simulator.
+    #[arg(long, default_value = "127.0.0.1:8085")]
+    pub cartesia: SocketAddr,
+    /// Simulator settings as JSON
+    /// (`{"stt":{...},"tts":{...},"cartesia":{...},"dialog":{...}}`).
     #[arg(long)]
     pub config: Option<PathBuf>,
 }
@@ -41,6 +45,7 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         bind(args.tts).await?,
         bind(args.dialog).await?,
         bind(args.dialog_http).await?,
+        bind(args.cartesia).await?,
     ];
     let sims = Simulators::start(cfg, listeners).await?;
     let a = sims.addrs;
@@ -55,6 +60,10 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
     println!(
         "dialog  http://{}  (gRPC)   tools+stats: http://{}",
         a.dialog_grpc, a.dialog_http
+    );
+    println!(
+        "Cartesia ws://{}/tts/websocket  (stats: http://{}/stats)",
+        a.cartesia, a.cartesia
     );
     tokio::signal::ctrl_c().await?;
     sims.shutdown().await?;

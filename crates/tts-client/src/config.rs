@@ -25,6 +25,18 @@ pub enum Provider {
     Cartesia,
 }
 
+impl Provider {
+    /// The model used when none is configured: ElevenLabs
+    /// `eleven_flash_v2_5`, Cartesia `sonic-3` (each vendor's low-latency
+    /// streaming model).
+    pub fn default_model(self) -> &'static str {
+        match self {
+            Provider::ElevenLabs => "eleven_flash_v2_5",
+            Provider::Cartesia => "sonic-3",
+        }
+    }
+}
+
 impl fmt::Display for Provider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -129,7 +141,7 @@ impl TtsConfig {
             provider: Provider::ElevenLabs,
             base_url: base_url.into(),
             voice_id: voice_id.into(),
-            model_id: "eleven_flash_v2_5".to_owned(),
+            model_id: Provider::ElevenLabs.default_model().to_owned(),
             api_key: None,
             cartesia_version: DEFAULT_CARTESIA_VERSION.to_owned(),
             output_format: OutputFormat::Ulaw8000,
@@ -144,7 +156,7 @@ impl TtsConfig {
     pub fn cartesia(base_url: impl Into<String>, voice_id: impl Into<String>) -> Self {
         TtsConfig {
             provider: Provider::Cartesia,
-            model_id: "sonic-3".to_owned(),
+            model_id: Provider::Cartesia.default_model().to_owned(),
             ..TtsConfig::new(base_url, voice_id)
         }
     }

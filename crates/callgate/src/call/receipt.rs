@@ -82,6 +82,12 @@ pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
     let bound = crate::config::ms(app.cfg().call.teardown_timeout_ms);
     let format = leg.format();
     let media = media_json(format, leg.stats(), res.stt.0.dropped_audio_frames());
+    // Read before the closes: each client's own count of its reconnects.
+    let reconnects = serde_json::json!({
+        "stt": res.stt.0.reconnects(),
+        "tts": res.tts.0.reconnects(),
+        "dialog": res.dialog.0.reconnects(),
+    });
     let (stt, tts, dialog) = (res.stt, res.tts, res.dialog);
     let (dialog_session, dialog_events) = dialog;
     dialog_session.end(end.reason.label());
@@ -118,6 +124,7 @@ pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
         "delegation": tools.stats,
         "stalls": core.stalls(),
         "late_end_causes": core.late_ends(),
+        "reconnects": reconnects,
         "writes_lost": cleanup.writes_lost,
         "cleanup": cleanup,
     });

@@ -9,6 +9,7 @@ use stt_client::SttEvent;
 use tracing::{debug, info, warn};
 use tts_client::{ContextId, TtsEvent};
 
+use super::outage::Outage;
 use super::{CallCore, Command, Rec, ToolTask, Turn};
 use crate::call::bot::{BotTurn, Exit};
 use crate::call::tools::ToolOutcome;
@@ -40,6 +41,24 @@ impl CallCore {
             }
             SttEvent::ProviderError { message } => {
                 debug!(message = %message, "STT provider message")
+            }
+            SttEvent::Reconnecting {
+                attempt,
+                capacity,
+                error,
+            } => {
+                let outage = Outage::Reconnecting {
+                    attempt: *attempt,
+                    capacity: *capacity,
+                    error,
+                };
+                self.on_outage(Provider::Stt, outage, now);
+            }
+            SttEvent::Reconnected { down_for, .. } => {
+                let outage = Outage::Reconnected {
+                    down_for: *down_for,
+                };
+                self.on_outage(Provider::Stt, outage, now);
             }
             _ => {}
         }
@@ -190,6 +209,21 @@ impl CallCore {
                 debug!(result = ?result, "dialog stream closed");
                 self.provider_closed(Provider::Dialog, now);
             }
+            DialogEvent::Reconnecting {
+                attempt,
+                capacity,
+                error,
+            } => {
+                let outage = Outage::Reconnecting {
+                    attempt,
+                    capacity,
+                    error: &error,
+                };
+                self.on_outage(Provider::Dialog, outage, now);
+            }
+            DialogEvent::Reconnected { down_for, .. } => {
+                self.on_outage(Provider::Dialog, Outage::Reconnected { down_for }, now);
+            }
             _ => {}
         }
     }
@@ -305,6 +339,21 @@ impl CallCore {
             }
             TtsEvent::ProviderError { message } => {
                 debug!(message = %message, "TTS provider message");
+            }
+            TtsEvent::Reconnecting {
+                attempt,
+                capacity,
+                error,
+            } => {
+                let outage = Outage::Reconnecting {
+                    attempt,
+                    capacity,
+                    error: &error,
+                };
+                self.on_outage(Provider::Tts, outage, now);
+            }
+            TtsEvent::Reconnected { down_for, .. } => {
+                self.on_outage(Provider::Tts, Outage::Reconnected { down_for }, now);
             }
             _ => {}
         }

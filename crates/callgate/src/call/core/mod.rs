@@ -17,6 +17,7 @@
 //! one recorded.
 
 mod conversation;
+mod outage;
 #[cfg(test)]
 mod tests;
 
