@@ -51,6 +51,11 @@ pub struct Caps {
     /// `admission.queue_timeout_ms`.
     #[arg(long, default_value_t = 4_000)]
     pub queue_timeout_ms: u64,
+    /// Realism fault, off by default: the fraction (0–1) of utterances
+    /// whose STT final comes back empty after interim words, as Deepgram's
+    /// do on a bad day (the simulator's `stt.empty_finals`).
+    #[arg(long, default_value_t = 0.0)]
+    pub stt_empty_finals: f64,
 }
 
 impl Caps {
@@ -74,6 +79,9 @@ impl Caps {
         if self.expected_capacity() == 0 {
             bail!("the ceilings minus headroom leave no capacity");
         }
+        if !(0.0..=1.0).contains(&self.stt_empty_finals) {
+            bail!("--stt-empty-finals is a fraction between 0 and 1");
+        }
         Ok(())
     }
 
@@ -83,6 +91,7 @@ impl Caps {
         cfg.stt.max_sessions = u64::from(self.stt_cap);
         cfg.tts.max_sockets = u64::from(self.tts_cap);
         cfg.dialog.max_streams = u64::from(self.dialog_cap);
+        cfg.stt.empty_finals = self.stt_empty_finals;
         cfg
     }
 
@@ -290,6 +299,7 @@ mod tests {
             headroom: 5,
             queue_max: 100,
             queue_timeout_ms: 4_000,
+            stt_empty_finals: 0.0,
         }
     }
 

@@ -178,6 +178,9 @@ impl CallCore {
                 arguments_json,
                 privileged,
             } if self.accept_turn(turn, now) => {
+                if self.repeated_tool_call(&id) {
+                    return;
+                }
                 self.flush_speech();
                 let detail = serde_json::json!({ "name": name, "privileged": privileged });
                 self.event("tool_call", detail, now);
@@ -378,10 +381,35 @@ impl CallCore {
 
     // ----- tools -------------------------------------------------------------
 
+    /// A tool call id this call already has (a resumed dialog stream
+    /// re-sent its turn): never run twice; a finished one gets its result
+    /// again.
+    fn repeated_tool_call(&mut self, id: &dialog_grpc::ToolCallId) -> bool {
+        if self.tools.contains_key(id) {
+            debug!(tool = %id.0, "tool call repeated while it runs; not started again");
+            return true;
+        }
+        let Some((result_json, is_error)) = self.tool_memory.result(id).cloned() else {
+            return false;
+        };
+        debug!(tool = %id.0, "tool call repeated after it finished; its result sent again");
+        if self.links.dialog {
+            self.push(Command::DialogToolResult {
+                id: id.clone(),
+                result_json,
+                is_error,
+            });
+        }
+        true
+    }
+
     pub(super) fn on_tool_result(&mut self, outcome: ToolOutcome, now: Instant) {
         let detail = serde_json::json!({ "is_error": outcome.is_error });
         self.event("tool_result", detail, now);
-        self.tools.remove(&outcome.id);
+        if self.tools.remove(&outcome.id).is_some() {
+            let (id, json) = (outcome.id.clone(), outcome.result_json.clone());
+            self.tool_memory.finished(id, json, outcome.is_error);
+        }
         if self.links.dialog {
             self.push(Command::DialogToolResult {
                 id: outcome.id,

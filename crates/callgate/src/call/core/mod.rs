@@ -20,6 +20,7 @@ mod conversation;
 mod outage;
 #[cfg(test)]
 mod tests;
+mod tool_memory;
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -205,6 +206,8 @@ pub struct CallCore {
     assembler: UtteranceAssembler,
     links: Links,
     tools: HashMap<ToolCallId, ToolTask>,
+    /// Finished tool calls, for ids a resumed dialog stream repeats.
+    tool_memory: tool_memory::ToolMemory,
     /// The user turn the dialog's events must carry (0 = the greeting).
     expected_turn: TurnId,
     next_ctx: u64,
@@ -244,6 +247,7 @@ impl CallCore {
                 dialog: true,
             },
             tools: HashMap::new(),
+            tool_memory: tool_memory::ToolMemory::default(),
             expected_turn: TurnId(0),
             next_ctx: 0,
             prompt_frames: 0,

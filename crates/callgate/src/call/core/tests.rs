@@ -568,3 +568,47 @@ fn a_text_delta_that_ends_a_sentence_is_flushed_at_once() {
         }
     }
 }
+
+#[test]
+fn a_tool_call_repeated_by_a_resumed_dialog_stream_never_runs_twice() {
+    let mut s = after_greeting();
+    s.utterance("book a table for four at eight");
+    let call = || {
+        Input::Dialog(DialogEvent::ToolCall {
+            id: ToolCallId("book-1".into()),
+            turn: TurnId(1),
+            name: "book_table".into(),
+            arguments_json: "{}".into(),
+            privileged: true,
+        })
+    };
+    let starts = |cmds: &[Command]| {
+        cmds.iter()
+            .filter(|c| matches!(c, Command::ToolStart { .. }))
+            .count()
+    };
+    assert_eq!(starts(&s.step(call())), 1);
+    // Repeated while it runs: not started again.
+    assert_eq!(starts(&s.step(call())), 0);
+    assert_eq!(s.core.tools_in_flight(), 1);
+    let done = s.step(Input::Tool(ToolOutcome {
+        id: ToolCallId("book-1".into()),
+        turn: TurnId(1),
+        result_json: "{\"booked\":true}".into(),
+        is_error: false,
+    }));
+    assert_eq!(
+        done.iter()
+            .filter(|c| matches!(c, Command::DialogToolResult { .. }))
+            .count(),
+        1
+    );
+    // Repeated after it finished: the same result again, no second run.
+    let again = s.step(call());
+    assert_eq!(starts(&again), 0, "{again:?}");
+    assert!(again.contains(&Command::DialogToolResult {
+        id: ToolCallId("book-1".into()),
+        result_json: "{\"booked\":true}".into(),
+        is_error: false,
+    }));
+}
