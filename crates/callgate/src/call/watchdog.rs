@@ -137,6 +137,11 @@ impl Watchdog {
         }
     }
 
+    /// Whether the caller's last speech still waits for a transcript.
+    pub fn transcript_owed(&self) -> bool {
+        self.stt.deadline.is_some()
+    }
+
     /// STT delivered a final transcript.
     pub fn transcript_final(&mut self, now: Instant) {
         self.last_final = Some(now);

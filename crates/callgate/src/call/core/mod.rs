@@ -29,7 +29,7 @@ use dialog_grpc::{DialogEvent, ToolCallId, TurnId};
 use media::pacer::{Paced, Pacer};
 use state_store::{Speaker, Stage};
 use stt_client::{SttEvent, UtteranceAssembler};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 use tts_client::{ContextId, TtsEvent};
 
 use super::bot::{BotTurn, Exit};
@@ -213,6 +213,10 @@ pub struct CallCore {
     next_ctx: u64,
     /// Frames of a bundled prompt queued ahead of bot audio.
     prompt_frames: u64,
+    /// When to ask STT to `Finalize`: the caller stopped speaking (local
+    /// VAD) and no final has come; half the STT stall, so the provider is
+    /// nudged before the watchdog has to apologise.
+    finalize_at: Option<Instant>,
     reply_owed_since: Option<Instant>,
     utterance_first_heard: Option<Instant>,
     last_media: Option<Instant>,
@@ -251,6 +255,7 @@ impl CallCore {
             expected_turn: TurnId(0),
             next_ctx: 0,
             prompt_frames: 0,
+            finalize_at: None,
             reply_owed_since: None,
             utterance_first_heard: None,
             last_media: None,
@@ -309,7 +314,10 @@ impl CallCore {
     pub fn next_deadline(&self) -> Option<Instant> {
         let pacer = self.pacer.next_deadline();
         let own = match &self.phase {
-            Phase::Live => Some(self.watchdog.next_deadline().min(self.max_end)),
+            Phase::Live => {
+                let watch = self.watchdog.next_deadline().min(self.max_end);
+                Some(self.finalize_at.map_or(watch, |f| f.min(watch)))
+            }
             Phase::Ending(e) => Some(e.deadline),
             Phase::Ended(_) => return None,
         };
@@ -422,6 +430,7 @@ impl CallCore {
             match ev {
                 media::vad::VadEvent::SpeechStart { .. } => {
                     self.watchdog.caller_speech_started(now);
+                    self.finalize_at = None;
                     if self.cfg.barge_in == BargeIn::Voice
                         && self.is_live()
                         && self.bot_is_audible()
@@ -431,6 +440,9 @@ impl CallCore {
                 }
                 media::vad::VadEvent::SpeechEnd { .. } if self.is_live() => {
                     self.watchdog.caller_speech_ended(now);
+                    if self.watchdog.transcript_owed() {
+                        self.finalize_at = Some(now + self.cfg.watchdog.stt_stall / 2);
+                    }
                 }
                 media::vad::VadEvent::SpeechEnd { .. } => {}
             }
@@ -499,6 +511,7 @@ impl CallCore {
                 now,
             ),
             Phase::Live => {
+                self.nudge_stt(now);
                 while self.is_live()
                     && let Some(action) = self.watchdog.poll(now)
                 {
@@ -507,6 +520,22 @@ impl CallCore {
             }
         }
         self.pump(now);
+    }
+
+    /// Speech ended a while ago and no final came (a provider whose
+    /// endpointing missed it): ask for `Finalize`, once.
+    fn nudge_stt(&mut self, now: Instant) {
+        let Some(at) = self.finalize_at else { return };
+        if !self.watchdog.transcript_owed() {
+            self.finalize_at = None;
+        } else if now >= at {
+            self.finalize_at = None;
+            if self.links.stt {
+                debug!("speech ended without a final; asking STT to finalize");
+                self.push(Command::SttFinalize);
+                self.event("stt_finalize_requested", serde_json::Value::Null, now);
+            }
+        }
     }
 
     /// Who is to blame for an owed reply that is not being heard.

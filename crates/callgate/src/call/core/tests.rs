@@ -612,3 +612,28 @@ fn a_tool_call_repeated_by_a_resumed_dialog_stream_never_runs_twice() {
         is_error: false,
     }));
 }
+
+#[test]
+fn speech_that_ends_without_a_final_gets_one_finalize_before_the_apology() {
+    let mut s = after_greeting();
+    let loud = |f: LegFormat| vec![0x10u8; f.frame_bytes()];
+    s.pass_with(Duration::from_millis(600), loud);
+    // The local VAD ends the speech after its minimum silence; half the
+    // 2 s STT stall later, STT is asked to finalize — once.
+    let quiet = s.pass(Duration::from_millis(1_500));
+    let finalizes = |cmds: &[Command]| cmds.iter().filter(|c| **c == Command::SttFinalize).count();
+    assert_eq!(finalizes(&quiet), 1, "{quiet:?}");
+    // A final with words then settles it: no further nudge.
+    s.step(stt("a table for two", true));
+    assert_eq!(finalizes(&s.pass(Duration::from_millis(500))), 0);
+}
+
+#[test]
+fn speech_answered_by_a_final_is_not_nudged() {
+    let mut s = after_greeting();
+    let loud = |f: LegFormat| vec![0x10u8; f.frame_bytes()];
+    s.pass_with(Duration::from_millis(600), loud);
+    s.step(stt("a table for two", true));
+    let quiet = s.pass(Duration::from_millis(1_500));
+    assert!(!quiet.contains(&Command::SttFinalize), "{quiet:?}");
+}
