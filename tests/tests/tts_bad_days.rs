@@ -83,3 +83,28 @@ async fn a_refused_generation_gets_every_reply_or_a_recorded_transfer_never_sile
         assert!(ledger.end_reason.is_some(), "{ledger:#?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_quiet_while_a_tool_runs_is_kept_alive_past_the_inactivity_timeout() {
+    // The caller's line makes the bot check availability (a 4 s tool); its
+    // reply's context gets no text meanwhile, and ElevenLabs ends a context
+    // after its inactivity timeout (here 2 s) unless a keep-alive names it.
+    let mut cfg = sim(TtsSimConfig {
+        context_inactivity: true,
+        inactivity_timeout_s: 2,
+        ..TtsSimConfig::default()
+    });
+    cfg.stt.script =
+        vec!["A table for four tonight at seven thirty, the name is Alex Morgan.".into()];
+    cfg.dialog.tool_delay_ms = 4_000;
+    let h = Harness::start(cfg, |c| c.tts.keepalive_ms = 500).await;
+    let report = callgate_load::run(load(&h, 1, 1)).await;
+    let call = &report.calls[0];
+    assert_eq!(call.outcome, Outcome::Completed, "{call:#?}");
+    assert_eq!(call.replies_heard, 1, "the reply after the tool: {call:#?}");
+    let ledger = h.closed_ledger(&call.call_sid.to_string()).await;
+    let kinds = h.event_kinds(ledger.call_id).await;
+    assert!(kinds.iter().any(|k| k == "tool_call"), "{kinds:?}");
+    h.assert_all_closed().await;
+    h.stop().await;
+}

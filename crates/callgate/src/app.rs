@@ -189,7 +189,7 @@ impl App {
             reconnect: c.reconnect,
             output_format: format.tts(),
             connect_timeout: ms(c.connect_timeout_ms),
-            keepalive_interval: Duration::from_secs(10),
+            keepalive_interval: ms(c.keepalive_ms),
             close_timeout: ms(c.close_timeout_ms),
         }
     }

@@ -311,6 +311,10 @@ pub struct TtsSection {
     pub max_sessions: u32,
     pub connect_timeout_ms: u64,
     pub close_timeout_ms: u64,
+    /// A keep-alive naming the live context is sent when nothing was sent
+    /// for this long: under the provider's inactivity timeout (ElevenLabs:
+    /// 20 s, per context), so a context quiet while a tool runs survives.
+    pub keepalive_ms: u64,
     /// Mid-call reconnect of a dropped socket (`[tts.reconnect]`); the
     /// reply in progress resumes from the text not yet heard.
     pub reconnect: ReconnectPolicy,
@@ -328,6 +332,7 @@ impl Default for TtsSection {
             max_sessions: 50,
             connect_timeout_ms: 2_000,
             close_timeout_ms: 2_000,
+            keepalive_ms: 10_000,
             reconnect: ReconnectPolicy::default(),
         }
     }
@@ -528,6 +533,9 @@ impl Config {
             return bad(
                 "twilio.shared_key_secret must be the SharedKey secret exactly: not empty, no surrounding whitespace",
             );
+        }
+        if self.tts.keepalive_ms == 0 {
+            return bad("tts.keepalive_ms must be positive");
         }
         for (name, policy) in [
             ("stt", &self.stt.reconnect),

@@ -205,6 +205,8 @@ impl Actor {
                 self.replay.settled(t.start + t.duration);
             }
             SttEvent::UtteranceEnd { last_word_end } => self.replay.settled(*last_word_end),
+            SttEvent::SpeechStarted { .. } => self.replay.heard_speech(),
+            SttEvent::Transcript(t) if !t.text.trim().is_empty() => self.replay.heard_speech(),
             _ => {}
         }
     }

@@ -74,5 +74,5 @@ pub use config::{SttConfig, SttEncoding};
 pub use error::{ErrorSource, SttError};
 pub use event::{CloseKind, CloseReason, CloseSummary, StreamMetadata, SttEvent, Transcript};
 pub use reconnect::{ReconnectPolicy, Tally as ReconnectTally};
-pub use replay::REPLAY_CAPACITY_BYTES;
+pub use replay::{IDLE_TAIL_SECONDS, REPLAY_CAPACITY_BYTES};
 pub use session::{AUDIO_CAPACITY, EVENT_CAPACITY, SttEvents, SttHandle, connect};

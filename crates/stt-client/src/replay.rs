@@ -21,6 +21,12 @@ use crate::SttEncoding;
 /// 30 s of 16 kHz linear PCM (60 s of 8 kHz G.711).
 pub const REPLAY_CAPACITY_BYTES: usize = 960_000;
 
+/// While the provider has reported no speech since the last boundary, only
+/// this much recent audio is kept: it may hold an onset the provider has
+/// not reported yet (a provider more than this far behind loses the first
+/// words of an utterance cut by a drop); older audio is silence.
+pub const IDLE_TAIL_SECONDS: f64 = 2.0;
+
 /// Frames sent since the last confirmed boundary, in order.
 #[derive(Debug)]
 pub(crate) struct Replay {
@@ -32,6 +38,9 @@ pub(crate) struct Replay {
     /// Audio time at which the current socket began.
     socket_start: f64,
     dropped_frames: u64,
+    /// The provider reported speech (words or `SpeechStarted`) since the
+    /// last boundary.
+    speech: bool,
 }
 
 impl Replay {
@@ -47,6 +56,7 @@ impl Replay {
             bytes_per_second: f64::from(sample_rate.max(1)) * width,
             socket_start: 0.0,
             dropped_frames: 0,
+            speech: false,
         }
     }
 
@@ -62,12 +72,19 @@ impl Replay {
             self.bytes -= old.len();
             self.dropped_frames += 1;
         }
+        if !self.speech {
+            self.trim_before(self.clock - IDLE_TAIL_SECONDS);
+        }
     }
 
-    /// The provider confirmed an utterance ended at `socket_time` (seconds
-    /// on the current socket's clock): audio before it is settled.
-    pub fn settled(&mut self, socket_time: f64) {
-        let at = self.socket_start + socket_time;
+    /// The provider reported speech: keep everything from here to the
+    /// next boundary.
+    pub fn heard_speech(&mut self) {
+        self.speech = true;
+    }
+
+    /// Drops frames that end at or before session time `at`.
+    fn trim_before(&mut self, at: f64) {
         while let Some((start, frame)) = self.frames.front() {
             let end = start + frame.len() as f64 / self.bytes_per_second;
             if end > at + 1e-9 {
@@ -76,6 +93,13 @@ impl Replay {
             self.bytes -= frame.len();
             self.frames.pop_front();
         }
+    }
+
+    /// The provider confirmed an utterance ended at `socket_time` (seconds
+    /// on the current socket's clock): audio before it is settled.
+    pub fn settled(&mut self, socket_time: f64) {
+        self.trim_before(self.socket_start + socket_time);
+        self.speech = false;
     }
 
     /// A new socket begins: its audio clock starts where the first frame to
@@ -113,6 +137,7 @@ mod tests {
     #[test]
     fn settled_audio_is_not_replayed_and_the_clock_continues() {
         let mut r = Replay::new(SttEncoding::Mulaw, 8_000);
+        r.heard_speech();
         for n in 0..100 {
             r.push(&frame(n)); // 2 s
         }
@@ -133,6 +158,7 @@ mod tests {
     #[test]
     fn a_frame_straddling_the_boundary_is_kept() {
         let mut r = Replay::new(SttEncoding::Linear16, 16_000);
+        r.heard_speech();
         r.push(&[0; 640]); // 20 ms
         r.push(&[1; 640]);
         r.settled(0.03);
@@ -144,12 +170,31 @@ mod tests {
     #[test]
     fn the_bound_drops_the_oldest_frames_and_counts_them() {
         let mut r = Replay::new(SttEncoding::Mulaw, 8_000);
+        r.heard_speech();
         let frames = REPLAY_CAPACITY_BYTES / 160 + 10;
         for n in 0..frames {
             r.push(&frame(n as u8));
         }
         assert_eq!(r.dropped_frames(), 10);
         assert_eq!(r.restart().len(), REPLAY_CAPACITY_BYTES / 160);
+    }
+
+    #[test]
+    fn without_reported_speech_only_the_recent_tail_is_kept() {
+        let mut r = Replay::new(SttEncoding::Mulaw, 8_000);
+        for n in 0..350 {
+            r.push(&frame(n as u8)); // 7 s of silence
+        }
+        assert!((r.pending_seconds() - IDLE_TAIL_SECONDS).abs() < 1e-9);
+        // Speech reported: from now on nothing is trimmed until a boundary.
+        r.heard_speech();
+        for n in 0..100 {
+            r.push(&frame(n as u8));
+        }
+        assert!((r.pending_seconds() - (IDLE_TAIL_SECONDS + 2.0)).abs() < 1e-9);
+        let again = r.restart();
+        assert_eq!(again.len(), 200);
+        assert!((r.offset() - 5.0).abs() < 1e-9, "{}", r.offset());
     }
 
     #[test]
