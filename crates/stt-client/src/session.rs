@@ -335,6 +335,28 @@ mod tests {
         assert_eq!(rejection_message(b"plain text"), "plain text");
     }
 
+    #[test]
+    fn a_refusal_explained_only_in_dg_error_keeps_its_reason() {
+        let response = http::Response::builder()
+            .status(503)
+            .header(
+                "dg-error",
+                r#"{"err_code":"SERVICE_UNAVAILABLE","err_msg":"down for maintenance"}"#,
+            )
+            .body(None)
+            .unwrap();
+        let err = connect_error("ws://x", tungstenite::Error::Http(Box::new(response)));
+        match err {
+            SttError::Rejected {
+                status, message, ..
+            } => {
+                assert_eq!(status, 503);
+                assert_eq!(message, "SERVICE_UNAVAILABLE: down for maintenance");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// A handle whose actor never runs: the queue fills and stays full.
     fn detached() -> (SttHandle, mpsc::Receiver<Vec<u8>>, mpsc::Receiver<Command>) {
         let (audio, audio_rx) = mpsc::channel(AUDIO_CAPACITY);
