@@ -247,7 +247,10 @@ impl StreamTask {
             match (self.open)(resume).await {
                 Ok(leg) => return self.resumed(leg).await,
                 Err(e) => {
-                    self.backoff.failed(failure(&e));
+                    self.backoff.failed(reconnect::Failure::classify(
+                        e.is_capacity(),
+                        e.is_retryable(),
+                    ));
                     warn!(error = %e, "dialog reconnect attempt failed");
                     last = e;
                 }
@@ -289,16 +292,6 @@ impl StreamTask {
 
     fn publish(&self) {
         *self.tally.lock().unwrap_or_else(PoisonError::into_inner) = self.backoff.tally();
-    }
-}
-
-fn failure(e: &DialogError) -> reconnect::Failure {
-    if e.is_capacity() {
-        reconnect::Failure::Capacity
-    } else if e.is_retryable() {
-        reconnect::Failure::Down
-    } else {
-        reconnect::Failure::Fatal
     }
 }
 

@@ -114,6 +114,18 @@ pub enum Failure {
     Fatal,
 }
 
+impl Failure {
+    /// How an attempt that failed with an error counts: a capacity
+    /// refusal, else an outage when a retry may help, else fatal.
+    pub fn classify(is_capacity: bool, is_retryable: bool) -> Failure {
+        match (is_capacity, is_retryable) {
+            (true, _) => Failure::Capacity,
+            (false, true) => Failure::Down,
+            (false, false) => Failure::Fatal,
+        }
+    }
+}
+
 /// What one connection's reconnects amounted to; what a receipt reports.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Tally {

@@ -133,3 +133,11 @@ fn a_connection_that_keeps_dropping_is_given_up_after_max_drops() {
     assert_eq!(b.next_delay(t0 + ms(5_000)), None);
     assert_eq!(b.tally().drops, 4);
 }
+
+#[test]
+fn failures_are_classified_capacity_first() {
+    assert_eq!(Failure::classify(true, true), Failure::Capacity);
+    assert_eq!(Failure::classify(true, false), Failure::Capacity);
+    assert_eq!(Failure::classify(false, true), Failure::Down);
+    assert_eq!(Failure::classify(false, false), Failure::Fatal);
+}

@@ -12,7 +12,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::actor::{Actor, Command, Step};
 use crate::event::{CloseReason, CloseSummary, SttEvent};
-use crate::{SttError, wire};
+use crate::wire;
 
 /// Why a reconnect did not resume the session.
 pub(crate) type Ended = (CloseReason, Option<oneshot::Sender<CloseSummary>>);
@@ -71,7 +71,10 @@ impl Actor {
                 }
                 Err(e) => {
                     capacity = e.is_capacity();
-                    self.backoff.failed(failure(&e));
+                    self.backoff.failed(reconnect::Failure::classify(
+                        e.is_capacity(),
+                        e.is_retryable(),
+                    ));
                     last = e.to_string();
                     tracing::warn!(error = %e, attempt, "stt reconnect attempt failed");
                 }
@@ -165,16 +168,5 @@ impl Actor {
             .reconnects
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = self.backoff.tally();
-    }
-}
-
-/// How a failed attempt counts.
-fn failure(e: &SttError) -> reconnect::Failure {
-    if e.is_capacity() {
-        reconnect::Failure::Capacity
-    } else if e.is_retryable() {
-        reconnect::Failure::Down
-    } else {
-        reconnect::Failure::Fatal
     }
 }

@@ -46,14 +46,7 @@ impl CallCore {
                 attempt,
                 capacity,
                 error,
-            } => {
-                let outage = Outage::Reconnecting {
-                    attempt: *attempt,
-                    capacity: *capacity,
-                    error,
-                };
-                self.on_outage(Provider::Stt, outage, now);
-            }
+            } => self.on_reconnecting(Provider::Stt, *attempt, *capacity, error, now),
             SttEvent::Reconnected { down_for, .. } => {
                 let outage = Outage::Reconnected {
                     down_for: *down_for,
@@ -216,14 +209,7 @@ impl CallCore {
                 attempt,
                 capacity,
                 error,
-            } => {
-                let outage = Outage::Reconnecting {
-                    attempt,
-                    capacity,
-                    error: &error,
-                };
-                self.on_outage(Provider::Dialog, outage, now);
-            }
+            } => self.on_reconnecting(Provider::Dialog, attempt, capacity, &error, now),
             DialogEvent::Reconnected { down_for, .. } => {
                 self.on_outage(Provider::Dialog, Outage::Reconnected { down_for }, now);
             }
@@ -347,14 +333,7 @@ impl CallCore {
                 attempt,
                 capacity,
                 error,
-            } => {
-                let outage = Outage::Reconnecting {
-                    attempt,
-                    capacity,
-                    error: &error,
-                };
-                self.on_outage(Provider::Tts, outage, now);
-            }
+            } => self.on_reconnecting(Provider::Tts, attempt, capacity, &error, now),
             TtsEvent::Reconnected { down_for, .. } => {
                 self.on_outage(Provider::Tts, Outage::Reconnected { down_for }, now);
             }

@@ -27,6 +27,22 @@ pub(crate) enum Outage<'a> {
 }
 
 impl CallCore {
+    pub(super) fn on_reconnecting(
+        &mut self,
+        provider: Provider,
+        attempt: u32,
+        capacity: bool,
+        error: &str,
+        now: Instant,
+    ) {
+        let outage = Outage::Reconnecting {
+            attempt,
+            capacity,
+            error,
+        };
+        self.on_outage(provider, outage, now);
+    }
+
     pub(super) fn on_outage(&mut self, provider: Provider, outage: Outage<'_>, now: Instant) {
         let p = provider.label();
         match outage {
