@@ -415,9 +415,8 @@ pub struct CallConfig {
     pub media_stall_ms: u64,
     /// Watchdog: after an apology, how long before the caller is transferred.
     pub stall_retry_ms: u64,
-    /// What stops the bot when the caller talks over it: `"transcript"` (the
-    /// STT's first words) or `"voice"` (the call's own VAD, within a frame).
-    pub barge_in: crate::call::core::BargeIn,
+    /// What stops the bot when the caller talks over it (`[call.barge_in]`).
+    pub barge_in: crate::call::core::BargeInConfig,
 }
 
 impl Default for CallConfig {
@@ -431,7 +430,7 @@ impl Default for CallConfig {
             stt_stall_ms: 2_000,
             media_stall_ms: 5_000,
             stall_retry_ms: 4_000,
-            barge_in: crate::call::core::BargeIn::Transcript,
+            barge_in: crate::call::core::BargeInConfig::default(),
         }
     }
 }
@@ -537,6 +536,10 @@ impl Config {
         if self.tts.keepalive_ms == 0 {
             return bad("tts.keepalive_ms must be positive");
         }
+        self.call
+            .barge_in
+            .validate()
+            .map_err(ConfigError::Invalid)?;
         for (name, policy) in [
             ("stt", &self.stt.reconnect),
             ("tts", &self.tts.reconnect),

@@ -30,6 +30,14 @@ pub const OVERFLOWED: &str = "callgate_overflow_calls_total";
 pub const FIRST_AUDIO: &str = "callgate_first_audio_seconds";
 pub const REPLY_LATENCY: &str = "callgate_reply_latency_seconds";
 pub const BARGE_INS: &str = "callgate_barge_ins_total";
+/// Bot output paused on the caller's voice (reversible barge-in).
+pub const BARGE_IN_PAUSES: &str = "callgate_barge_in_pauses_total";
+/// Pauses taken back because no words came (false barge-ins).
+pub const FALSE_BARGE_INS: &str = "callgate_false_barge_ins_total";
+/// Caller speech onset (VAD) → the leg's `clear` performed, seconds.
+pub const BARGE_IN_STOP: &str = "callgate_barge_in_stop_seconds";
+/// callgate's own share of a turn's latency, seconds (call/core/timing.rs).
+pub const TURN_OWN: &str = "callgate_turn_own_seconds";
 pub const MEDIA_IN: &str = "callgate_media_frames_received_total";
 pub const MEDIA_OUT: &str = "callgate_media_frames_sent_total";
 pub const MEDIA_OUT_DROPPED: &str = "callgate_media_frames_dropped_total";
@@ -59,8 +67,19 @@ pub fn install() -> PrometheusHandle {
                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 60.0, 300.0,
                 1800.0,
             ];
+            // Exact names match before suffixes (the exporter sorts Full first).
+            let own = [
+                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.1,
+            ];
+            let stop = [0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0];
             let builder = PrometheusBuilder::new()
-                .set_buckets_for_metric(Matcher::Suffix("_seconds".to_string()), &seconds)
+                .set_buckets_for_metric(Matcher::Full(TURN_OWN.to_string()), &own)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(BARGE_IN_STOP.to_string()), &stop)
+                })
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Suffix("_seconds".to_string()), &seconds)
+                })
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             match builder.install_recorder() {
                 Ok(h) => h,

@@ -10,6 +10,14 @@
 //! `next_deadline()` says when to poll again. If the sender falls behind (or
 //! the queue ran dry), the pacer re-anchors on `now` instead of bursting to
 //! catch up.
+//!
+//! Holding (a barge-in that may be taken back): [`Pacer::hold`] stops the
+//! release and puts back at the front of the queue the frames already
+//! released whose real-time slot has not ended — the audio the far end was
+//! still buffering, which the carrier's `clear` discards — so that
+//! [`Pacer::release`] plays on from what the listener last heard. The pacer
+//! keeps a copy of at most `lead` + two frames of released audio for this;
+//! that is the whole cost.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -38,9 +46,15 @@ pub struct Pacer<M> {
     anchor: Option<Instant>,
     sent_since_anchor: u32,
     queued_frames: usize,
+    /// Items released since the anchor, newest last, bounded to
+    /// `history_frames` frames (and the marks among them).
+    history: VecDeque<Paced<M>>,
+    history_frames: usize,
+    history_cap: usize,
+    held: bool,
 }
 
-impl<M> Pacer<M> {
+impl<M: Clone> Pacer<M> {
     /// A pacer of 20 ms frames of `frame_bytes` bytes (see [`Pacer::with_frame`]).
     pub fn new(frame_bytes: usize, silence: u8, lead: Duration) -> Self {
         Self::with_frame(frame_bytes, FRAME, silence, lead)
@@ -59,6 +73,12 @@ impl<M> Pacer<M> {
             anchor: None,
             sent_since_anchor: 0,
             queued_frames: 0,
+            history: VecDeque::new(),
+            history_frames: 0,
+            history_cap: (lead.as_nanos() / frame.max(Duration::from_millis(1)).as_nanos())
+                as usize
+                + 2,
+            held: false,
         }
     }
 
@@ -96,6 +116,8 @@ impl<M> Pacer<M> {
         self.partial.clear();
         self.queued_frames = 0;
         self.anchor = None;
+        self.forget_history();
+        self.held = false;
         self.queue
             .drain(..)
             .filter_map(|p| match p {
@@ -117,8 +139,11 @@ impl<M> Pacer<M> {
 
     /// Releases the next item due at `now`, if any. Call until `None`.
     pub fn poll(&mut self, now: Instant) -> Option<Paced<M>> {
-        match self.queue.front()? {
-            Paced::Mark(_) => self.queue.pop_front(),
+        if self.held {
+            return None;
+        }
+        let item = match self.queue.front()? {
+            Paced::Mark(_) => self.queue.pop_front()?,
             Paced::Frame(_) => {
                 let due = self.slot(now);
                 if due > now + self.lead {
@@ -126,14 +151,86 @@ impl<M> Pacer<M> {
                 }
                 self.sent_since_anchor += 1;
                 self.queued_frames -= 1;
-                self.queue.pop_front()
+                self.queue.pop_front()?
+            }
+        };
+        self.remember(&item);
+        Some(item)
+    }
+
+    /// Frames released whose real-time slot has not ended at `now` (the
+    /// one playing included): still in the far end's buffer.
+    pub fn in_flight(&self, now: Instant) -> u32 {
+        let Some(anchor) = self.anchor.filter(|_| !self.held) else {
+            return 0;
+        };
+        let started =
+            (now.saturating_duration_since(anchor).as_nanos() / self.frame.as_nanos()) as u32;
+        self.sent_since_anchor
+            .saturating_sub(started)
+            .min(self.history_frames as u32)
+    }
+
+    /// Stops releasing and re-queues, in order, the frames still in flight
+    /// at `now` (and the marks released among or after them). Returns how
+    /// many frames went back. Idempotent while held.
+    pub fn hold(&mut self, now: Instant) -> u32 {
+        if self.held {
+            return 0;
+        }
+        let mut frames = self.in_flight(now);
+        let rewound = frames;
+        while let Some(item) = self.history.pop_back() {
+            if let Paced::Frame(_) = item {
+                if frames == 0 {
+                    break;
+                }
+                frames -= 1;
+                self.queued_frames += 1;
+            }
+            self.queue.push_front(item);
+        }
+        self.forget_history();
+        self.anchor = None;
+        self.held = true;
+        rewound
+    }
+
+    /// Resumes releasing after [`Pacer::hold`], on a new clock from the
+    /// next poll.
+    pub fn release(&mut self) {
+        self.held = false;
+        self.anchor = None;
+    }
+
+    /// Whether [`Pacer::hold`] is in force.
+    pub fn is_held(&self) -> bool {
+        self.held
+    }
+
+    fn remember(&mut self, item: &Paced<M>) {
+        if let Paced::Frame(_) = item {
+            self.history_frames += 1;
+        }
+        self.history.push_back(item.clone());
+        while self.history_frames > self.history_cap {
+            if let Some(Paced::Frame(_)) = self.history.pop_front() {
+                self.history_frames -= 1;
             }
         }
+    }
+
+    fn forget_history(&mut self) {
+        self.history.clear();
+        self.history_frames = 0;
     }
 
     /// When the next frame may be released, if one is queued. Marks are
     /// always due at once and never need a deadline.
     pub fn next_deadline(&self) -> Option<Instant> {
+        if self.held {
+            return None;
+        }
         match self.queue.front()? {
             Paced::Mark(_) => self.anchor,
             Paced::Frame(_) => {
@@ -155,6 +252,8 @@ impl<M> Pacer<M> {
                 return due;
             }
         }
+        // Everything released before a new clock has been played.
+        self.forget_history();
         self.anchor = Some(now);
         self.sent_since_anchor = 0;
         now
@@ -225,5 +324,76 @@ mod tests {
         assert_eq!(p.clear(), vec!["a", "b"]);
         assert!(p.is_idle());
         assert_eq!(p.poll(Instant::now()), None);
+    }
+
+    fn frame_ids(items: &[Paced<&'static str>]) -> Vec<u8> {
+        items
+            .iter()
+            .filter_map(|p| match p {
+                Paced::Frame(f) => Some(f[0]),
+                Paced::Mark(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn hold_puts_back_what_was_still_buffered_and_release_plays_on_from_there() {
+        let t0 = Instant::now();
+        let mut p = Pacer::new(2, 0xFF, Duration::from_millis(60));
+        for i in 0..10u8 {
+            p.push_audio(&[i, i]);
+        }
+        p.push_mark("end");
+        // t0: frames 0..=3 released (slot 0 plus 60 ms of lead).
+        assert_eq!(frame_ids(&drain(&mut p, t0)), vec![0, 1, 2, 3]);
+        // 30 ms in, frame 1 is playing: 1, 2 and 3 are in flight.
+        let now = t0 + Duration::from_millis(30);
+        assert_eq!(p.in_flight(now), 3);
+        assert_eq!(p.hold(now), 3);
+        assert!(p.is_held());
+        assert_eq!(p.poll(now + Duration::from_secs(1)), None);
+        assert_eq!(p.next_deadline(), None);
+        assert_eq!(p.in_flight(now), 0);
+        assert_eq!(p.hold(now), 0, "idempotent");
+        p.release();
+        let later = t0 + Duration::from_secs(2);
+        let out: Vec<_> = (0..20)
+            .flat_map(|k| drain(&mut p, later + Duration::from_millis(20 * k)))
+            .collect();
+        assert_eq!(frame_ids(&out), vec![1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(out.last(), Some(&Paced::Mark("end")));
+    }
+
+    #[test]
+    fn a_mark_released_while_its_audio_was_in_flight_goes_back_behind_it() {
+        let t0 = Instant::now();
+        let mut p = Pacer::new(2, 0xFF, Duration::from_millis(40));
+        p.push_audio(&[1, 1, 2, 2]);
+        p.push_mark("turn-1");
+        assert_eq!(drain(&mut p, t0).len(), 3);
+        assert_eq!(p.hold(t0 + Duration::from_millis(5)), 2);
+        p.release();
+        let out = drain(&mut p, t0 + Duration::from_secs(1));
+        assert_eq!(frame_ids(&out), vec![1, 2]);
+        assert_eq!(out.last(), Some(&Paced::Mark("turn-1")));
+    }
+
+    #[test]
+    fn nothing_goes_back_once_its_slot_has_passed_or_the_clock_restarted() {
+        let t0 = Instant::now();
+        let mut p = Pacer::new(2, 0xFF, Duration::from_millis(40));
+        p.push_audio(&[1, 1, 2, 2]);
+        drain(&mut p, t0);
+        assert_eq!(p.in_flight(t0 + Duration::from_millis(45)), 0);
+        // A new clock (the queue ran dry): earlier frames were played.
+        p.push_audio(&[3, 3]);
+        drain(&mut p, t0 + Duration::from_secs(1));
+        assert_eq!(p.hold(t0 + Duration::from_secs(1)), 1);
+        assert_eq!(frame_ids(&drain(&mut p, t0)), Vec::<u8>::new());
+        p.release();
+        assert_eq!(
+            frame_ids(&drain(&mut p, t0 + Duration::from_secs(2))),
+            vec![3]
+        );
     }
 }

@@ -1,11 +1,22 @@
 //! Energy-based voice activity detection on 10 ms windows.
 //!
 //! The detector tracks a noise floor (fast to fall, slow to rise) and calls a
-//! window "active" when its level is above both an absolute threshold and the
-//! floor plus a margin. Speech starts after `min_speech_ms` of consecutive
-//! active windows and ends after `min_silence_ms` of consecutive inactive
-//! ones. Time is audio time — samples pushed — so the detector gives the same
-//! answer however the audio was chunked or delayed on the wire.
+//! window "active" when its level is above an absolute threshold, the floor
+//! plus a margin, and an optional *reference* (the expected echo of audio
+//! the caller is being sent, [`EnergyVad::set_reference_db`]). Speech starts
+//! after `min_speech_ms` of consecutive active windows and ends after
+//! `min_silence_ms` of consecutive inactive ones. Time is audio time —
+//! samples pushed — so the detector gives the same answer however the audio
+//! was chunked or delayed on the wire.
+//!
+//! Steady noise (a fan, a car, line hiss) that starts suddenly is first
+//! taken for speech — its level is far above the old floor — but it is
+//! *steady*: over [`STEADY_WINDOWS`] windows its level spreads less than
+//! [`STEADY_SPREAD_DB`], which speech never does (syllables rise and fall;
+//! measured on `SpeechSynth` at 8 and 16 kHz: speech spreads ≥ 4.6 dB over
+//! any 300 ms, white noise ≤ 2.6 dB, μ-law coded or not). Then the floor
+//! adopts the noise's level at once and the "speech" ends; later speech
+//! over the noise must rise `floor_margin_db` above it.
 
 /// Tuning of [`EnergyVad`].
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -53,9 +64,22 @@ pub struct EnergyVad {
     inactive_run: u32,
     run_start_window: u64,
     last_active_window: u64,
+    /// Levels of the last [`STEADY_WINDOWS`] windows, oldest first.
+    recent: std::collections::VecDeque<f32>,
+    /// Windows at or below this level are not speech (expected echo).
+    reference_db: Option<f32>,
+    /// Whether any window was active yet.
+    any_active: bool,
+    /// Times the floor adopted a steady noise's level.
+    pub noise_adoptions: u32,
 }
 
 const WINDOW_MS: u32 = 10;
+/// Windows over which steadiness is judged (300 ms).
+pub const STEADY_WINDOWS: usize = 30;
+/// Level spread (max − min, dB) under which [`STEADY_WINDOWS`] windows are
+/// steady noise, not speech.
+pub const STEADY_SPREAD_DB: f32 = 3.5;
 
 impl EnergyVad {
     /// A detector for audio at `sample_rate` Hz.
@@ -72,7 +96,28 @@ impl EnergyVad {
             inactive_run: 0,
             run_start_window: 0,
             last_active_window: 0,
+            recent: std::collections::VecDeque::with_capacity(STEADY_WINDOWS),
+            reference_db: None,
+            any_active: false,
+            noise_adoptions: 0,
         }
+    }
+
+    /// Sets the level (dBFS) at or below which windows are not speech from
+    /// now on — the expected echo of outbound audio — or clears it.
+    pub fn set_reference_db(&mut self, level: Option<f32>) {
+        self.reference_db = level;
+    }
+
+    /// The tracked noise floor, dBFS.
+    pub fn noise_floor_db(&self) -> f32 {
+        self.noise_floor_db
+    }
+
+    /// Audio time (ms) at which the last active window ended, if any was.
+    pub fn last_voice_end_ms(&self) -> Option<u64> {
+        self.any_active
+            .then(|| (self.last_active_window + 1) * u64::from(WINDOW_MS))
     }
 
     /// Whether the detector is currently inside speech.
@@ -104,8 +149,14 @@ impl EnergyVad {
     fn on_window(&mut self, level_db: f32) -> Option<VadEvent> {
         let index = self.windows_seen;
         self.windows_seen += 1;
-        let active = level_db > self.cfg.threshold_dbfs
-            && level_db > self.noise_floor_db + self.cfg.floor_margin_db;
+        if self.recent.len() == STEADY_WINDOWS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(level_db);
+        let mut active = self.is_active(level_db);
+        if active && self.adopt_steady_noise() {
+            active = self.is_active(level_db);
+        }
         self.track_floor(level_db, active);
         if active {
             if self.active_run == 0 {
@@ -114,6 +165,7 @@ impl EnergyVad {
             self.active_run += 1;
             self.inactive_run = 0;
             self.last_active_window = index;
+            self.any_active = true;
         } else {
             self.inactive_run += 1;
             self.active_run = 0;
@@ -146,12 +198,38 @@ impl EnergyVad {
         None
     }
 
+    fn is_active(&self, level_db: f32) -> bool {
+        level_db > self.cfg.threshold_dbfs
+            && level_db > self.noise_floor_db + self.cfg.floor_margin_db
+            && self.reference_db.is_none_or(|r| level_db > r)
+    }
+
+    /// A full history of windows whose levels barely spread is steady
+    /// noise: the floor takes its mean. Returns whether it did.
+    fn adopt_steady_noise(&mut self) -> bool {
+        if self.recent.len() < STEADY_WINDOWS {
+            return false;
+        }
+        let (lo, hi) = self
+            .recent
+            .iter()
+            .fold((f32::MAX, f32::MIN), |(lo, hi), &l| (lo.min(l), hi.max(l)));
+        if hi - lo >= STEADY_SPREAD_DB {
+            return false;
+        }
+        let mean = self.recent.iter().sum::<f32>() / self.recent.len() as f32;
+        self.noise_floor_db = mean;
+        self.noise_adoptions += 1;
+        true
+    }
+
     fn track_floor(&mut self, level_db: f32, active: bool) {
         if level_db < self.noise_floor_db {
             // Falls fast: a quieter window is better evidence of the floor.
             self.noise_floor_db = 0.7 * self.noise_floor_db + 0.3 * level_db;
-        } else if !active {
-            // Rises slowly, and only on windows not taken for speech.
+        } else if !active && self.reference_db.is_none() {
+            // Rises slowly, and only on windows not taken for speech — nor
+            // explained by the reference (echo is not the room's noise).
             self.noise_floor_db = 0.98 * self.noise_floor_db + 0.02 * level_db;
         }
     }
@@ -212,5 +290,76 @@ mod tests {
         let eb: Vec<VadEvent> = audio.chunks(123).flat_map(|c| b.push(c)).collect();
         assert_eq!(ea, eb);
         assert_eq!(ea.len(), 4);
+    }
+
+    fn events(vad: &mut EnergyVad, audio: &[i16], chunk: usize) -> Vec<VadEvent> {
+        audio.chunks(chunk).flat_map(|c| vad.push(c)).collect()
+    }
+
+    #[test]
+    fn loud_steady_noise_from_the_start_ends_quickly_and_speech_over_it_is_found() {
+        for rate in [8_000u32, 16_000] {
+            let mut synth = SpeechSynth::new(rate, 5);
+            let mut audio = synth.noise(3_000, -32.0);
+            let mut vad = EnergyVad::new(VadConfig::default(), rate);
+            let ev = events(&mut vad, &audio, 160);
+            // Taken for speech at its onset, adopted as the floor within
+            // STEADY_WINDOWS, then silent for good.
+            assert_eq!(ev.len(), 2, "{ev:?}");
+            assert!(
+                matches!(ev[1], VadEvent::SpeechEnd { at_ms } if at_ms <= 400),
+                "{ev:?}"
+            );
+            assert!(!vad.is_speaking());
+            // Speech 12+ dB above the noise is still speech.
+            let mut voice = synth.utterance(1_000);
+            let noise = synth.noise(1_000, -32.0);
+            for (v, n) in voice.iter_mut().zip(&noise) {
+                *v = v.saturating_add(*n);
+            }
+            audio = voice;
+            audio.extend(synth.noise(800, -32.0));
+            let ev = events(&mut vad, &audio, 160);
+            assert_eq!(ev.len(), 2, "rate {rate}: {ev:?}");
+            assert!(
+                matches!(ev[0], VadEvent::SpeechStart { at_ms } if (3_000..3_100).contains(&at_ms)),
+                "{ev:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn long_speech_is_never_taken_for_steady_noise() {
+        for seed in 1..6 {
+            let mut synth = SpeechSynth::new(8_000, seed);
+            let mut audio = synth.silence(300);
+            audio.extend(synth.utterance(4_000));
+            audio.extend(synth.silence(600));
+            let mut vad = EnergyVad::new(VadConfig::default(), 8_000);
+            let ev = events(&mut vad, &audio, 160);
+            assert_eq!(ev.len(), 2, "seed {seed}: {ev:?}");
+            assert_eq!(vad.noise_adoptions, 0);
+        }
+    }
+
+    #[test]
+    fn windows_under_the_reference_are_not_speech_and_louder_ones_are() {
+        let mut synth = SpeechSynth::new(8_000, 9);
+        let speech = synth.utterance(800);
+        let level = level_dbfs(&speech);
+        // The same sound 14 dB down (an echo) under a reference 10 dB down.
+        let echo: Vec<i16> = speech
+            .iter()
+            .map(|&s| (f32::from(s) * 0.2) as i16)
+            .collect();
+        let mut vad = EnergyVad::new(VadConfig::default(), 8_000);
+        vad.set_reference_db(Some(level - 10.0));
+        assert!(events(&mut vad, &echo, 160).is_empty());
+        let ev = events(&mut vad, &speech, 160);
+        assert!(
+            matches!(ev.first(), Some(VadEvent::SpeechStart { .. })),
+            "{ev:?}"
+        );
+        assert_eq!(vad.last_voice_end_ms().map(|ms| ms > 800), Some(true));
     }
 }

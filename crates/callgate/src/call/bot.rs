@@ -52,10 +52,10 @@ impl BotTurn {
         self.dialog_done && self.tts_done
     }
 
-    /// The text the caller has heard, given how much audio reached them.
-    pub fn heard_text(&self, lead: std::time::Duration, format: LegFormat) -> &str {
-        let sent_ms = self.frames_sent * media::FRAME_MS;
-        let played_ms = sent_ms.saturating_sub(lead.as_millis() as u64);
+    /// The text the caller has heard: the frames sent less `unheard`, the
+    /// ones still in the carrier's buffer (which a `clear` discards).
+    pub fn heard_text(&self, unheard: u64, format: LegFormat) -> &str {
+        let played_ms = self.frames_sent.saturating_sub(unheard) * media::FRAME_MS;
         let total_ms = self
             .tts_done
             .then(|| format.audio().duration_of(self.audio_bytes).as_millis() as u64);
@@ -117,18 +117,17 @@ mod tests {
     }
 
     #[test]
-    fn heard_text_accounts_for_the_lead() {
+    fn heard_text_leaves_out_what_the_carrier_still_buffers() {
         let mut b = BotTurn::new(TurnId(1), ContextId(1), Instant::now());
         b.text = "one two three four".into();
         b.audio_bytes = 8_000; // 1 s
         b.tts_done = true;
         b.frames_sent = 3; // 60 ms sent, all of it still in the carrier's buffer
-        let lead = std::time::Duration::from_millis(60);
-        assert_eq!(b.heard_text(lead, LegFormat::Mulaw8k), "");
+        assert_eq!(b.heard_text(3, LegFormat::Mulaw8k), "");
         b.frames_sent = 50;
-        assert_eq!(b.heard_text(lead, LegFormat::Mulaw8k), "one two three");
+        assert_eq!(b.heard_text(3, LegFormat::Mulaw8k), "one two three");
         // The same second of audio as 16 kHz linear PCM is twice the bytes.
         b.audio_bytes = 32_000;
-        assert_eq!(b.heard_text(lead, LegFormat::L16k16), "one two three");
+        assert_eq!(b.heard_text(3, LegFormat::L16k16), "one two three");
     }
 }

@@ -154,6 +154,7 @@ impl<L: Leg> CallActor<L> {
             self.note_closed(&input);
             self.core.handle(Instant::now(), input);
             self.perform();
+            self.core.performed(Instant::now());
         }
     }
 

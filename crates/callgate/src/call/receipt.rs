@@ -121,6 +121,8 @@ pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
         "setup_ms": setup_ms,
         "media": media,
         "interaction": core.interaction(),
+        "turns": core.turn_latencies(),
+        "untimed_turns": core.untimed_turns(),
         "delegation": tools.stats,
         "stalls": core.stalls(),
         "late_end_causes": core.late_ends(),

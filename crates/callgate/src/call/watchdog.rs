@@ -137,6 +137,12 @@ impl Watchdog {
         }
     }
 
+    /// The caller's last sound was judged not to be words (a barge-in
+    /// taken back): no transcript is owed for it.
+    pub fn speech_dismissed(&mut self) {
+        self.stt.disarm();
+    }
+
     /// Whether the caller's last speech still waits for a transcript.
     pub fn transcript_owed(&self) -> bool {
         self.stt.deadline.is_some()

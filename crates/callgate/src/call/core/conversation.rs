@@ -78,6 +78,8 @@ impl CallCore {
         debug!(turn = %self.expected_turn, chars = text.len(), "caller utterance final");
         if self.links.dialog {
             self.push(Command::DialogTurn(self.expected_turn, text.to_string()));
+            let voice_end = self.voice_end_for_turn(now);
+            self.timings.begin(self.expected_turn, voice_end, now);
         }
         self.reply_owed_since = Some(now);
         self.watchdog.reply_owed(now);
@@ -94,7 +96,8 @@ impl CallCore {
         self.interaction.user_turns += 1;
     }
 
-    /// Whether bot audio is queued here or still playing at the leg.
+    /// Whether bot audio is queued here or still playing at the leg (or
+    /// held by a pause).
     pub(super) fn bot_is_audible(&self) -> bool {
         matches!(&self.turn, Turn::Replying(b) if b.frames_sent > 0 || b.audio_bytes > 0)
     }
@@ -108,16 +111,19 @@ impl CallCore {
         let Turn::Replying(b) = std::mem::replace(&mut self.turn, Turn::Listening) else {
             return;
         };
+        let heard = self.heard(&b, now);
+        // A pause already sent its `clear`.
+        let paused = self.pause.take().is_some();
         self.pacer.clear();
         self.prompt_frames = 0;
         self.watchdog.reply_audible();
-        if b.frames_sent > 0 {
+        if b.frames_sent > 0 && !paused {
             self.push(Command::Clear);
+            self.timings.stop_emitted();
         }
         if self.links.tts {
             self.push(Command::TtsCancel(b.ctx));
         }
-        let heard = b.heard_text(self.cfg.lead, self.cfg.format).to_string();
         if self.links.dialog {
             self.push(Command::DialogInterrupt(b.turn, heard.clone()));
         }
@@ -159,6 +165,7 @@ impl CallCore {
     pub(super) fn on_dialog(&mut self, ev: DialogEvent, now: Instant) {
         match ev {
             DialogEvent::TextDelta { turn, text } if self.accept_turn(turn, now) => {
+                self.timings.first_token(turn, now);
                 self.speak(&text);
             }
             DialogEvent::TurnComplete { turn } if self.accept_turn(turn, now) => {
@@ -306,6 +313,7 @@ impl CallCore {
                 match &mut self.turn {
                     Turn::Replying(b) if b.ctx == context && live => {
                         b.audio_bytes += bytes.len();
+                        self.timings.first_audio(b.turn, now);
                         self.pacer.push_audio(&bytes);
                     }
                     _ => {

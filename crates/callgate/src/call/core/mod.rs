@@ -16,11 +16,16 @@
 //! once; a second cause is counted and ignored, so the first cause is the
 //! one recorded.
 
+mod barge;
 mod conversation;
 mod outage;
 #[cfg(test)]
 mod tests;
+mod timing;
 mod tool_memory;
+
+pub use barge::{BargeInConfig, BargeInPolicy};
+pub use timing::TurnLatency;
 
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -52,20 +57,7 @@ pub struct CoreConfig {
     pub watchdog: WatchdogConfig,
     /// Silence that ends caller speech for the local VAD.
     pub vad_min_silence_ms: u32,
-    pub barge_in: BargeIn,
-}
-
-/// What confirms that the caller is speaking over the bot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BargeIn {
-    /// The STT's first transcript with words (robust to noise and echo,
-    /// slower by the provider's interim latency).
-    #[default]
-    Transcript,
-    /// The call's own VAD on the caller's audio (stops within a frame of
-    /// speech onset; a cough or echo stops the bot too).
-    Voice,
+    pub barge_in: BargeInConfig,
 }
 
 /// Something that happened to the call.
@@ -146,7 +138,15 @@ pub enum Rec {
 pub struct Interaction {
     pub user_turns: u64,
     pub bot_turns: u64,
+    /// Barge-ins committed: the bot's turn was cut and the dialog told.
     pub interruptions: u64,
+    /// Times the bot's output was paused on the caller's voice.
+    pub barge_in_pauses: u64,
+    /// Pauses taken back (no words came): false barge-ins.
+    pub false_barge_ins: u64,
+    /// Longest speech onset → `clear` performed, µs (when one was sent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub barge_in_stop_max_us: Option<u64>,
     pub stale_dialog_events: u64,
     pub stale_tts_audio_chunks: u64,
     pub max_reply_latency_ms: u64,
@@ -201,8 +201,15 @@ pub struct CallCore {
     out: VecDeque<Command>,
     pacer: Pacer<String>,
     watchdog: Watchdog,
-    /// Local VAD on caller audio: tells the watchdog when a transcript is owed.
+    /// Local VAD on caller audio: barge-in, and tells the watchdog when a
+    /// transcript is owed.
     vad: media::vad::EnergyVad,
+    /// Bot output held on the caller's voice, waiting for words.
+    pause: Option<barge::Pause>,
+    echo: barge::EchoRef,
+    timings: timing::Timings,
+    /// The VAD's voice end already used for a turn's timing (audio ms).
+    timed_voice_end_ms: Option<u64>,
     assembler: UtteranceAssembler,
     links: Links,
     tools: HashMap<ToolCallId, ToolTask>,
@@ -234,6 +241,7 @@ impl CallCore {
         let f = cfg.format;
         let vad_cfg = media::vad::VadConfig {
             min_silence_ms: cfg.vad_min_silence_ms.max(200),
+            min_speech_ms: cfg.barge_in.min_speech_ms,
             ..media::vad::VadConfig::default()
         };
         let mut core = CallCore {
@@ -244,6 +252,10 @@ impl CallCore {
             pacer: Pacer::new(f.frame_bytes(), f.silence(), cfg.lead),
             watchdog: Watchdog::new(cfg.watchdog, now),
             vad: media::vad::EnergyVad::new(vad_cfg, f.sample_rate()),
+            pause: None,
+            echo: barge::EchoRef::new(&cfg.barge_in),
+            timings: timing::Timings::default(),
+            timed_voice_end_ms: None,
             assembler: UtteranceAssembler::default(),
             links: Links {
                 stt: true,
@@ -316,7 +328,11 @@ impl CallCore {
         let own = match &self.phase {
             Phase::Live => {
                 let watch = self.watchdog.next_deadline().min(self.max_end);
-                Some(self.finalize_at.map_or(watch, |f| f.min(watch)))
+                let pause = self.pause.map(|p| p.deadline());
+                [Some(watch), self.finalize_at, pause]
+                    .into_iter()
+                    .flatten()
+                    .min()
             }
             Phase::Ending(e) => Some(e.deadline),
             Phase::Ended(_) => return None,
@@ -338,7 +354,23 @@ impl CallCore {
 
     /// Whether bot audio of a reply is reaching the caller (the `speaking` gauge).
     pub fn is_speaking(&self) -> bool {
-        matches!(&self.turn, Turn::Replying(b) if b.frames_sent > 0)
+        self.pause.is_none() && matches!(&self.turn, Turn::Replying(b) if b.frames_sent > 0)
+    }
+
+    /// The shell performed every command of the last step at `at`: sends
+    /// the core stamped at the step's `now` are re-stamped (timing.rs).
+    pub fn performed(&mut self, at: Instant) {
+        self.timings.performed(at);
+    }
+
+    /// Each user turn's latency split (receipt `turns`), bounded.
+    pub fn turn_latencies(&self) -> Vec<TurnLatency> {
+        self.timings.turns()
+    }
+
+    /// User turns beyond the receipt's bound.
+    pub fn untimed_turns(&self) -> u64 {
+        self.timings.untimed()
     }
 
     /// Tool calls the core is waiting on.
@@ -347,7 +379,10 @@ impl CallCore {
     }
 
     pub fn interaction(&self) -> Interaction {
-        self.interaction
+        Interaction {
+            barge_in_stop_max_us: self.timings.max_stop_us,
+            ..self.interaction
+        }
     }
 
     /// Stalls the watchdog acted on.
@@ -423,20 +458,18 @@ impl CallCore {
         }
     }
 
-    /// Runs the local VAD: the end of caller speech makes a transcript owed.
+    /// Runs the local VAD: speech over the bot is a barge-in; the end of
+    /// caller speech makes a transcript owed.
     fn listen_locally(&mut self, audio: &[u8], now: Instant) {
         let pcm = self.cfg.format.decode(audio);
+        self.vad.set_reference_db(self.echo.reference(now));
         for ev in self.vad.push(&pcm) {
             match ev {
-                media::vad::VadEvent::SpeechStart { .. } => {
+                media::vad::VadEvent::SpeechStart { at_ms } => {
                     self.watchdog.caller_speech_started(now);
                     self.finalize_at = None;
-                    if self.cfg.barge_in == BargeIn::Voice
-                        && self.is_live()
-                        && self.bot_is_audible()
-                    {
-                        self.barge_in(now);
-                    }
+                    let onset = self.audio_instant(at_ms, now);
+                    self.on_voice_onset(onset, now);
                 }
                 media::vad::VadEvent::SpeechEnd { .. } if self.is_live() => {
                     self.watchdog.caller_speech_ended(now);
@@ -447,6 +480,23 @@ impl CallCore {
                 media::vad::VadEvent::SpeechEnd { .. } => {}
             }
         }
+    }
+
+    /// The instant at which audio time `at_ms` arrived (caller audio comes
+    /// in real time, so its lag behind the newest frame is wall time).
+    fn audio_instant(&self, at_ms: u64, now: Instant) -> Instant {
+        let behind = Duration::from_millis(self.vad.audio_ms().saturating_sub(at_ms));
+        now.checked_sub(behind).unwrap_or(now)
+    }
+
+    /// When the caller's voice last ended, once per turn (timing).
+    fn voice_end_for_turn(&mut self, now: Instant) -> Option<Instant> {
+        let end = self.vad.last_voice_end_ms()?;
+        if self.timed_voice_end_ms == Some(end) {
+            return None;
+        }
+        self.timed_voice_end_ms = Some(end);
+        Some(self.audio_instant(end, now))
     }
 
     /// The peer ended the call. During a final prompt the first cause (the
@@ -478,7 +528,10 @@ impl CallCore {
             self.finish(end);
             return;
         }
-        let finished = matches!(&self.turn, Turn::Replying(b) if b.mark.as_deref() == Some(name));
+        // While paused, the turn's mark came back from the `clear`; it is
+        // queued again behind the audio that resumes.
+        let finished = self.pause.is_none()
+            && matches!(&self.turn, Turn::Replying(b) if b.mark.as_deref() == Some(name));
         if finished && let Turn::Replying(b) = std::mem::replace(&mut self.turn, Turn::Listening) {
             self.record(Rec::Turn {
                 speaker: Speaker::Bot,
@@ -511,6 +564,7 @@ impl CallCore {
                 now,
             ),
             Phase::Live => {
+                self.check_pause(now);
                 self.nudge_stt(now);
                 while self.is_live()
                     && let Some(action) = self.watchdog.poll(now)
@@ -616,6 +670,7 @@ impl CallCore {
             self.record_cut_turn(&b, now);
         }
         self.pending_exit = None;
+        self.pause = None;
         self.pacer.clear();
         self.prompt_frames = 0;
         self.pacer.push_audio(prompt.audio(self.cfg.format));
@@ -623,8 +678,14 @@ impl CallCore {
         self.begin_ending(mark, end, now);
     }
 
+    /// What the caller heard of `b` (call before the pacer is cleared).
+    fn heard(&self, b: &BotTurn, now: Instant) -> String {
+        let unheard = u64::from(self.pacer.in_flight(now));
+        b.heard_text(unheard, self.cfg.format).to_string()
+    }
+
     fn record_cut_turn(&mut self, b: &BotTurn, now: Instant) {
-        let heard = b.heard_text(self.cfg.lead, self.cfg.format).to_string();
+        let heard = self.heard(b, now);
         self.record(Rec::Turn {
             speaker: Speaker::Bot,
             text: heard,
@@ -682,6 +743,7 @@ impl CallCore {
             self.push(Command::ToolCancel(id));
         }
         self.pending_exit = None;
+        self.pause = None;
         self.watchdog.nothing_owed();
         self.pacer.clear();
         self.phase = Phase::Ended(end);
@@ -694,6 +756,7 @@ impl CallCore {
         while let Some(item) = self.pacer.poll(now) {
             match item {
                 Paced::Frame(frame) => {
+                    self.echo.sent(now, &frame, self.cfg.format);
                     self.push(Command::Play(frame));
                     self.on_frame_sent(now);
                 }
@@ -713,7 +776,7 @@ impl CallCore {
     /// A reply that started playing and then ran dry before it was fully
     /// generated (TTS slow, a tool slow) is owed again.
     fn watch_underrun(&mut self, now: Instant) {
-        let dry = self.pacer.is_idle() && self.is_live();
+        let dry = self.pacer.is_idle() && self.is_live() && self.pause.is_none();
         if dry && matches!(&self.turn, Turn::Replying(b) if b.frames_sent > 0 && !b.tts_done) {
             self.watchdog.reply_owed(now);
         }
@@ -739,6 +802,7 @@ impl CallCore {
         }
         if let Turn::Replying(b) = &mut self.turn {
             b.frames_sent += 1;
+            self.timings.first_frame(b.turn, now);
             self.watchdog.reply_audible();
         }
     }

@@ -14,9 +14,11 @@ use crate::call::watchdog::WatchdogConfig;
 use crate::end::{Culprit, EndReason};
 use crate::leg::{LegEvent, LegFormat};
 
-const FRAME: Duration = Duration::from_millis(20);
+mod barge_tests;
 
-fn config(format: LegFormat) -> CoreConfig {
+pub(super) const FRAME: Duration = Duration::from_millis(20);
+
+pub(super) fn config(format: LegFormat) -> CoreConfig {
     CoreConfig {
         format,
         lead: Duration::from_millis(60),
@@ -29,20 +31,23 @@ fn config(format: LegFormat) -> CoreConfig {
             retry: Duration::from_secs(4),
         },
         vad_min_silence_ms: 300,
-        barge_in: BargeIn::Transcript,
+        barge_in: BargeInConfig {
+            policy: BargeInPolicy::Words,
+            ..BargeInConfig::default()
+        },
     }
 }
 
 /// A call core, its virtual clock, and every command it has emitted.
-struct Sim {
-    core: CallCore,
-    now: Instant,
-    format: LegFormat,
-    log: Vec<Command>,
+pub(super) struct Sim {
+    pub(super) core: CallCore,
+    pub(super) now: Instant,
+    pub(super) format: LegFormat,
+    pub(super) log: Vec<Command>,
 }
 
 impl Sim {
-    fn new(cfg: CoreConfig) -> Sim {
+    pub(super) fn new(cfg: CoreConfig) -> Sim {
         let now = Instant::now();
         let mut s = Sim {
             core: CallCore::new(cfg, now),
@@ -54,7 +59,7 @@ impl Sim {
         s
     }
 
-    fn drain(&mut self) -> Vec<Command> {
+    pub(super) fn drain(&mut self) -> Vec<Command> {
         let mut out = Vec::new();
         while let Some(c) = self.core.next_command() {
             out.push(c);
@@ -63,20 +68,23 @@ impl Sim {
         out
     }
 
-    /// One input, now; returns what that one step emitted.
-    fn step(&mut self, input: Input) -> Vec<Command> {
+    /// One input, now; returns what that one step emitted (performed at
+    /// once, as the shell would).
+    pub(super) fn step(&mut self, input: Input) -> Vec<Command> {
         self.core.handle(self.now, input);
-        self.drain()
+        let out = self.drain();
+        self.core.performed(self.now);
+        out
     }
 
     /// Lets `d` pass with the caller silent, a frame every 20 ms, echoing
     /// every marker once 20 ms after it was sent, as a carrier would.
-    fn pass(&mut self, d: Duration) -> Vec<Command> {
+    pub(super) fn pass(&mut self, d: Duration) -> Vec<Command> {
         self.pass_with(d, |f| vec![f.silence(); f.frame_bytes()])
     }
 
     /// Like `pass`, with the caller's frames made by `frame`.
-    fn pass_with(
+    pub(super) fn pass_with(
         &mut self,
         d: Duration,
         mut frame: impl FnMut(LegFormat) -> Vec<u8>,
@@ -101,7 +109,13 @@ impl Sim {
 
     /// The dialog says `text` for `turn` and completes it; TTS answers with
     /// `audio` of sound in context `ctx`.
-    fn reply(&mut self, turn: u64, ctx: u64, text: &str, audio: Duration) -> Vec<Command> {
+    pub(super) fn reply(
+        &mut self,
+        turn: u64,
+        ctx: u64,
+        text: &str,
+        audio: Duration,
+    ) -> Vec<Command> {
         let mut out = self.step(dialog_text(turn, text));
         out.extend(self.step(Input::Dialog(DialogEvent::TurnComplete {
             turn: TurnId(turn),
@@ -113,7 +127,7 @@ impl Sim {
         out
     }
 
-    fn tts_audio(&mut self, ctx: u64, audio: Duration) -> Vec<Command> {
+    pub(super) fn tts_audio(&mut self, ctx: u64, audio: Duration) -> Vec<Command> {
         let bytes = self.format.frame_bytes() * (audio.as_millis() as usize / 20);
         let loud = vec![0x10u8; bytes];
         self.step(Input::Tts(TtsEvent::Audio {
@@ -122,23 +136,23 @@ impl Sim {
         }))
     }
 
-    fn utterance(&mut self, text: &str) -> Vec<Command> {
+    pub(super) fn utterance(&mut self, text: &str) -> Vec<Command> {
         self.step(stt(text, true))
     }
 
-    fn end(&self) -> &End {
+    pub(super) fn end(&self) -> &End {
         self.core.ended().expect("the call has ended")
     }
 }
 
-fn dialog_text(turn: u64, text: &str) -> Input {
+pub(super) fn dialog_text(turn: u64, text: &str) -> Input {
     Input::Dialog(DialogEvent::TextDelta {
         turn: TurnId(turn),
         text: text.into(),
     })
 }
 
-fn stt(text: &str, is_final: bool) -> Input {
+pub(super) fn stt(text: &str, is_final: bool) -> Input {
     Input::Stt(SttEvent::Transcript(Transcript {
         text: text.into(),
         is_final,
@@ -150,17 +164,17 @@ fn stt(text: &str, is_final: bool) -> Input {
     }))
 }
 
-fn plays(cmds: &[Command]) -> usize {
+pub(super) fn plays(cmds: &[Command]) -> usize {
     cmds.iter()
         .filter(|c| matches!(c, Command::Play(_)))
         .count()
 }
 
-fn position(cmds: &[Command], pred: impl Fn(&Command) -> bool) -> Option<usize> {
+pub(super) fn position(cmds: &[Command], pred: impl Fn(&Command) -> bool) -> Option<usize> {
     cmds.iter().position(pred)
 }
 
-fn marks(cmds: &[Command]) -> Vec<String> {
+pub(super) fn marks(cmds: &[Command]) -> Vec<String> {
     cmds.iter()
         .filter_map(|c| match c {
             Command::Mark(m) => Some(m.clone()),
@@ -169,7 +183,7 @@ fn marks(cmds: &[Command]) -> Vec<String> {
         .collect()
 }
 
-fn turns(cmds: &[Command]) -> Vec<(state_store::Speaker, String, bool)> {
+pub(super) fn turns(cmds: &[Command]) -> Vec<(state_store::Speaker, String, bool)> {
     cmds.iter()
         .filter_map(|c| match c {
             Command::Record(Rec::Turn {
@@ -184,7 +198,7 @@ fn turns(cmds: &[Command]) -> Vec<(state_store::Speaker, String, bool)> {
 }
 
 /// A call whose greeting has played in full and whose caller said `said`.
-fn after_greeting() -> Sim {
+pub(super) fn after_greeting() -> Sim {
     let mut s = Sim::new(config(LegFormat::Mulaw8k));
     s.reply(0, 1, "Hello, how can I help?", Duration::from_millis(400));
     let out = s.pass(Duration::from_millis(600));
@@ -244,7 +258,7 @@ fn barge_in_clears_in_the_same_step_and_no_frame_of_the_turn_follows() {
 #[test]
 fn voice_barge_in_stops_the_bot_within_a_frame_of_speech() {
     let mut cfg = config(LegFormat::L16k16);
-    cfg.barge_in = BargeIn::Voice;
+    cfg.barge_in.policy = BargeInPolicy::Immediate;
     let mut s = Sim::new(cfg);
     s.reply(
         0,
