@@ -15,6 +15,13 @@
 //! (request → first token, tool calls included) and the TTS's (request →
 //! first audio). A field is present only when both its ends were seen.
 //!
+//! What the split cannot see: an event waiting in the channel from its
+//! provider client's task to the call's task is stamped when the call
+//! takes it, so that wait — and the client's own parsing — is counted on
+//! the provider's side. Under CPU pressure that understates callgate's
+//! share; the benchmark's reply latency (measured by the callers) bounds
+//! the whole.
+//!
 //! Bounded: the first [`MAX_TIMED_TURNS`] turns are kept for the receipt;
 //! later ones feed the histograms and are counted in `untimed`.
 
