@@ -8,8 +8,8 @@
 //! runs too): at most one close, and nothing after it; a text frame is
 //! `Invalid` exactly when it is not JSON; finals never claim both
 //! `speech_final` and `from_finalize`, interims only with interim results;
-//! a result never covers audio not yet received; finals follow the script
-//! in order; VAD and utterance-end messages only when asked for; the
+//! a result never covers audio not yet received; finals with words follow
+//! the script in order (a noise segment's final is empty); VAD and utterance-end messages only when asked for; the
 //! summary's duration is the whole samples received and it hashes exactly
 //! the audio bytes received.
 #![no_main]

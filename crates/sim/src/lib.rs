@@ -7,7 +7,8 @@
 //! - [`stt`]: a Deepgram-compatible live transcription WebSocket
 //!   (`GET /v1/listen`), with its own voice-activity detection (the `earshot` neural
 //!   detector, deliberately not the server's `media::vad`) on the decoded
-//!   audio and words taken from a configurable [`script`].
+//!   audio and words taken from a configurable [`script`]; a segment too
+//!   short to be words (a cough) comes back as an empty final.
 //! - [`tts`]: an ElevenLabs-compatible `multi-stream-input` WebSocket whose
 //!   audio length is proportional to the text.
 //! - [`cartesia`]: a Cartesia-compatible TTS WebSocket (`GET /tts/websocket`:
@@ -21,7 +22,9 @@
 //! does (HTTP 429 on the upgrade, gRPC `RESOURCE_EXHAUSTED`), has latency and
 //! fault knobs that can be changed at run time (`GET`/`PUT /admin/config`),
 //! and counts its open sessions (`GET /stats`, see [`stats`]) so tests can
-//! prove callgate closed everything it opened.
+//! prove callgate closed everything it opened — and, in the STT and dialog
+//! simulators, what the call did with them (noise segments heard,
+//! interrupts received).
 //!
 //! What it never does: share code with callgate's server paths (it compiles
 //! `dialog.proto` itself), or run inside the server — callgate never depends

@@ -13,6 +13,17 @@
 //! `SessionStart{resume: true}` for the same `call_id` continues it with no
 //! greeting (see [`resume`] for what is kept and why a re-sent turn gets
 //! the same reply).
+//!
+//! Besides the stream counts, the simulator counts what the bots were told
+//! across all streams ([`DialogSim::turn_stats`], `turns` in `/stats`):
+//! user turns and interrupts, so an end-to-end test can assert that a
+//! barge-in the server took back (the caller only coughed) never reached
+//! the bot — `interrupts` unchanged — or that N real ones did.
+//!
+//! Its bad days (all off by default, see [`DialogSimConfig`]): replies that
+//! never come (`stall_replies`), streams cut with `UNAVAILABLE`
+//! (`close_after_ms`, scoped by `faulty_sessions`) and an outage after one
+//! (`down_after_fault_ms`), slow tools (`tool_delay_ms`).
 
 pub mod bot;
 pub mod resume;
@@ -118,12 +129,53 @@ pub(crate) fn read_config(cfg: &RwLock<DialogSimConfig>) -> DialogSimConfig {
 }
 
 /// `GET /stats` of the dialog simulator: the session snapshot, flattened,
-/// plus tool-backend counters.
+/// plus tool-backend and turn counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DialogStats {
     #[serde(flatten)]
     pub sessions: StatsSnapshot,
     pub tools: ToolStatsSnapshot,
+    #[serde(default)]
+    pub turns: TurnStatsSnapshot,
+}
+
+/// Counts of what the bots were told, across all streams since start.
+/// Plain totals (never decremented), so a test reads a difference.
+#[derive(Debug, Default)]
+pub(crate) struct TurnStats {
+    user_turns: AtomicU64,
+    interrupts: AtomicU64,
+}
+
+impl TurnStats {
+    /// A `UserTurn` arrived on some stream.
+    pub(crate) fn count_user_turn(&self) {
+        self.user_turns.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An `Interrupt` arrived on some stream.
+    pub(crate) fn count_interrupt(&self) {
+        self.interrupts.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> TurnStatsSnapshot {
+        TurnStatsSnapshot {
+            user_turns: self.user_turns.load(Ordering::Relaxed),
+            interrupts: self.interrupts.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A snapshot of the turn counters ([`DialogSim::turn_stats`], `turns` in
+/// `GET /stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnStatsSnapshot {
+    /// `UserTurn` messages received (a re-sent turn counts again).
+    pub user_turns: u64,
+    /// `Interrupt` messages received, whether or not the reply they name
+    /// was still being generated (a late one only tells the bot what was
+    /// played).
+    pub interrupts: u64,
 }
 
 /// The simulator handle; clones share config and counters.
@@ -138,6 +190,8 @@ pub struct DialogSim {
     store: Arc<resume::ResumeStore>,
     /// Numbers accepted streams, from 1 (the `faulty_sessions` scope).
     next_stream: Arc<AtomicU64>,
+    /// User turns and interrupts received, across streams.
+    turns: Arc<TurnStats>,
 }
 
 impl DialogSim {
@@ -150,6 +204,7 @@ impl DialogSim {
             scope: Arc::new(FaultScope::default()),
             store: Arc::new(resume::ResumeStore::default()),
             next_stream: Arc::new(AtomicU64::new(1)),
+            turns: Arc::new(TurnStats::default()),
         }
     }
 
@@ -189,6 +244,7 @@ impl DialogSim {
             scope: Arc::clone(&self.scope),
             store: Arc::clone(&self.store),
             stream_no: self.next_stream.fetch_add(1, Ordering::Relaxed),
+            turns: Arc::clone(&self.turns),
             shutdown,
             guard,
         }
@@ -202,6 +258,17 @@ impl DialogSim {
     /// Tool backend counts.
     pub fn tool_stats(&self) -> ToolStatsSnapshot {
         self.tools.snapshot()
+    }
+
+    /// User turns and interrupts received so far, across all streams.
+    pub fn turn_stats(&self) -> TurnStatsSnapshot {
+        self.turns.snapshot()
+    }
+
+    /// `Interrupt` messages received so far, across all streams: the same
+    /// as `turn_stats().interrupts`.
+    pub fn interrupts(&self) -> u64 {
+        self.turn_stats().interrupts
     }
 
     /// The current configuration.
@@ -294,6 +361,7 @@ async fn get_stats(State(sim): State<DialogSim>) -> Json<DialogStats> {
     Json(DialogStats {
         sessions: sim.stats(),
         tools: sim.tool_stats(),
+        turns: sim.turn_stats(),
     })
 }
 

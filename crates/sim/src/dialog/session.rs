@@ -8,6 +8,9 @@
 //! checkpoint with no greeting. A stream with an empty `call_id` is not
 //! kept: there would be no way to name it again.
 //!
+//! Every `UserTurn` and `Interrupt` received is counted in the simulator's
+//! [`TurnStats`] as it arrives, before the bot acts on it.
+//!
 //! Generic over the inbound stream so tests can drive it without sockets.
 
 use std::collections::VecDeque;
@@ -24,7 +27,7 @@ use tracing::{Instrument, debug, info};
 use super::bot::{Action, Bot, ToolOutcome};
 use super::pb::{self, client_message::Kind as In, server_event::Kind as Out};
 use super::resume::{Checkpoint, ResumeStore};
-use super::{DialogSimConfig, read_config};
+use super::{DialogSimConfig, TurnStats, read_config};
 use crate::stats::{FaultScope, SessionGuard, SessionStats, is_faulty};
 
 /// How long a new stream may take to send `SessionStart`.
@@ -44,6 +47,8 @@ pub(crate) struct SessionCtx {
     /// This stream's number, from 1 (the `faulty_sessions` scope, and the
     /// owner of its entry in the store).
     pub stream_no: u64,
+    /// The simulator-wide counts of user turns and interrupts.
+    pub turns: Arc<TurnStats>,
     pub shutdown: CancellationToken,
     /// Held until the driver returns: the stream counts as open until then.
     pub guard: SessionGuard,
@@ -103,6 +108,8 @@ struct Driver {
     tool_seq: u64,
     /// Where checkpoints go; `None` for a stream without a call id.
     keep: Option<Keep>,
+    /// Counts what this stream's client told the bot.
+    turns: Arc<TurnStats>,
 }
 
 /// A driver's entry in the [`ResumeStore`].
@@ -154,6 +161,7 @@ where
         scope,
         store,
         stream_no,
+        turns,
         shutdown,
         guard,
     } = ctx;
@@ -167,7 +175,7 @@ where
         call_id: start.call_id,
         stream_no,
     });
-    let mut driver = Driver::new(out, config, keep);
+    let mut driver = Driver::new(out, config, keep, turns);
     if start.resume {
         let resumed = driver.resume();
         info!(resumed, "dialog session resumed (no greeting)");
@@ -217,7 +225,12 @@ async fn sleep_until(at: Option<Instant>) {
 }
 
 impl Driver {
-    fn new(out: OutTx, config: Arc<RwLock<DialogSimConfig>>, keep: Option<Keep>) -> Self {
+    fn new(
+        out: OutTx,
+        config: Arc<RwLock<DialogSimConfig>>,
+        keep: Option<Keep>,
+        turns: Arc<TurnStats>,
+    ) -> Self {
         Driver {
             bot: Bot::new(),
             out,
@@ -226,6 +239,7 @@ impl Driver {
             latest_turn: 0,
             tool_seq: 0,
             keep,
+            turns,
         }
     }
 
@@ -283,6 +297,7 @@ impl Driver {
 
     fn user_turn(&mut self, id: u64, transcript: &str) {
         debug!(turn = id, transcript, "user turn");
+        self.turns.count_user_turn();
         self.cancel_turn(None);
         // The state before this reply: what a re-sent turn is answered from.
         self.save();
@@ -296,6 +311,7 @@ impl Driver {
     }
 
     fn interrupt(&mut self, id: u64, played: &str) {
+        self.turns.count_interrupt();
         if self.turn.as_ref().is_some_and(|t| t.id == id) {
             debug!(turn = id, "interrupted");
             self.cancel_turn(Some(played));

@@ -166,6 +166,72 @@ async fn interrupted_turn_gets_no_more_events() {
 }
 
 #[tokio::test]
+async fn interrupts_and_user_turns_are_counted_across_streams() {
+    let mut h = Harness::started(fast()).await;
+    assert_eq!(h.sim.turn_stats(), TurnStatsSnapshot::default());
+    h.sim.set_config(DialogSimConfig {
+        delta_interval_ms: 60_000,
+        ..fast()
+    });
+    h.turn(1, "A table for four please").await;
+    assert!(matches!(h.event().await, Out::SlotUpdate(_)));
+    assert!(matches!(h.event().await, Out::TextDelta(d) if d.turn_id == 1));
+    // One interrupt cutting the reply, and a late one naming an old turn:
+    // both reached the bot, both count.
+    for (turn_id, played) in [(1, "A"), (0, "Hello")] {
+        h.send(In::Interrupt(pb::Interrupt {
+            turn_id,
+            played_text: played.into(),
+        }))
+        .await;
+    }
+    h.sim.set_config(fast());
+    // Handled in order: once turn 2 is answered, both interrupts were seen.
+    h.turn(2, "The name is Alex").await;
+    h.until_complete(2).await;
+    assert_eq!(
+        h.sim.turn_stats(),
+        TurnStatsSnapshot {
+            user_turns: 2,
+            interrupts: 2
+        }
+    );
+
+    // A second stream on the same simulator adds to the same totals.
+    let mut other = Harness::start_on(h.sim.clone());
+    other
+        .send(In::SessionStart(pb::SessionStart::default()))
+        .await;
+    other.until_complete(0).await;
+    other
+        .send(In::Interrupt(pb::Interrupt {
+            turn_id: 0,
+            played_text: GREETING.into(),
+        }))
+        .await;
+    other
+        .send(In::SessionEnd(pb::SessionEnd {
+            reason: "test".into(),
+        }))
+        .await;
+    assert!(other.next().await.is_none());
+    let want = TurnStatsSnapshot {
+        user_turns: 2,
+        interrupts: 3,
+    };
+    assert_eq!(h.sim.turn_stats(), want);
+    assert_eq!(h.sim.interrupts(), 3);
+    // And over HTTP, under `turns`.
+    let served = serde_json::to_value(get_stats(State(h.sim.clone())).await.0).unwrap();
+    assert_eq!(
+        served["turns"],
+        serde_json::json!({"user_turns": 2, "interrupts": 3})
+    );
+    let back: DialogStats = serde_json::from_value(served).unwrap();
+    assert_eq!(back.turns, want);
+}
+
+#[tokio::test]
 async fn newer_turn_cancels_the_one_still_generating() {
     let mut h = Harness::started(fast()).await;
     h.sim.set_config(DialogSimConfig {

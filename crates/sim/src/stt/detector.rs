@@ -32,6 +32,12 @@
 //! differ most is noise: −50 dBFS white noise from 8 kHz input starts
 //! "speech" at its onset for a second or two, which an energy detector
 //! with a noise floor ignores.
+//!
+//! Short bursts (a cough, a click) are found too, as one segment stamped
+//! longer than the sound: from 80 ms on always (60 ms only sometimes at
+//! 8 kHz), 150 ms as 176–192 ms at 8 kHz and 208–224 ms at 16 kHz. The
+//! stream decides from that length whether a segment is words or noise
+//! (`stream::MIN_WORDS_MS`; `noise_tests.rs` has the table).
 
 use earshot::Detector;
 use media::resample::Upsampler2x;
@@ -125,6 +131,16 @@ impl SpeechDetector {
         self.speech_start_ms.is_some()
     }
 
+    /// While speaking: where the speech would be stamped to end if it ended
+    /// now (the `End` it will report unless more speech comes), so the
+    /// voiced length of an open segment is this less its start. `None`
+    /// outside speech.
+    pub fn speech_end_ms(&self) -> Option<u64> {
+        let start = self.speech_start_ms?;
+        let end = ((self.last_active_frame + 1) * FRAME_MS).saturating_sub(TRAILING_MS);
+        Some(end.max(start + FRAME_MS))
+    }
+
     /// Pushes input samples; returns the boundaries they completed.
     pub fn push(&mut self, samples: &[i16]) -> Vec<SpeechEvent> {
         let wide;
@@ -179,12 +195,10 @@ impl SpeechDetector {
                 self.onset_run = 0;
                 Some(SpeechEvent::Start { at_ms })
             }
-            Some(start) if self.inactive_run >= self.min_silence_frames => {
+            Some(_) if self.inactive_run >= self.min_silence_frames => {
+                let at_ms = self.speech_end_ms()?;
                 self.speech_start_ms = None;
-                let end = ((self.last_active_frame + 1) * FRAME_MS).saturating_sub(TRAILING_MS);
-                Some(SpeechEvent::End {
-                    at_ms: end.max(start + FRAME_MS),
-                })
+                Some(SpeechEvent::End { at_ms })
             }
             _ => None,
         }

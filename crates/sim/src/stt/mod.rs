@@ -8,14 +8,18 @@
 //! `NET-0001` idle close. Speech is found by the simulator's own neural
 //! voice-activity detector ([`detector`], not the energy VAD callgate
 //! uses) on the decoded audio, and the n-th utterance of a stream is "heard" as the n-th line of
-//! the [`crate::script`].
+//! the [`crate::script`]. A segment too short to be words (under
+//! [`stream::MIN_WORDS_MS`] voiced: a cough, a door, a click) is heard as
+//! noise, as Deepgram does: `SpeechStarted`, then one final with an empty
+//! transcript, no interim, and no script line used (counted in
+//! [`SttStats::noise_segments`]).
 //!
 //! Layout: [`params`] validates the upgrade, [`stream`] is the sans-IO stream
 //! (audio time only), [`messages`] holds the wire shapes, and a thin socket
 //! task adds the wall-clock knobs (result latency, idle timeout, faults).
 //!
-//! Also served: `GET /stats` ([`SttStats`]: session counts and streams per
-//! audio format), `GET /stats/sessions` ([`SttSessionRecord`]s of the most
+//! Also served: `GET /stats` ([`SttStats`]: session counts, streams per
+//! audio format, noise segments), `GET /stats/sessions` ([`SttSessionRecord`]s of the most
 //! recent streams) and `GET`/`PUT /admin/config` ([`SttSimConfig`], applied
 //! to streams opened afterwards).
 
@@ -248,10 +252,15 @@ pub struct SttStats {
     /// as asked in the query string: `"mulaw/8000"`, `"linear16/16000"`…
     #[serde(default)]
     pub formats: BTreeMap<String, u64>,
+    /// Speech segments heard as noise across all streams since start:
+    /// voiced for less than [`stream::MIN_WORDS_MS`], answered with an
+    /// empty final and no script line (see [`stream`]).
+    #[serde(default)]
+    pub noise_segments: u64,
 }
 
 impl SttStats {
-    fn new(sessions: StatsSnapshot, formats: BTreeMap<String, u64>) -> Self {
+    fn new(sessions: StatsSnapshot, formats: BTreeMap<String, u64>, noise_segments: u64) -> Self {
         SttStats {
             open_sessions: sessions.open_sessions,
             peak_sessions: sessions.peak_sessions,
@@ -260,6 +269,7 @@ impl SttStats {
             faulted_sessions: sessions.faulted_sessions,
             refused_while_down: sessions.refused_while_down,
             formats,
+            noise_segments,
         }
     }
 }
@@ -285,8 +295,11 @@ pub struct SttSessionRecord {
     pub audio_bytes: u64,
     /// Audio received, in ms (whole 10 ms VAD windows).
     pub audio_ms: u64,
-    /// Utterances finalized.
+    /// Utterances finalized (script lines used).
     pub utterances: u64,
+    /// Speech segments heard as noise (empty finals, no script line).
+    #[serde(default)]
+    pub noise_segments: u64,
     /// False once the stream's task has ended.
     pub open: bool,
 }
@@ -302,6 +315,7 @@ struct SessionCell {
     audio_bytes: AtomicU64,
     audio_ms: AtomicU64,
     utterances: AtomicU64,
+    noise_segments: AtomicU64,
     open: AtomicBool,
 }
 
@@ -316,6 +330,7 @@ impl SessionCell {
             audio_bytes: self.audio_bytes.load(Ordering::Relaxed),
             audio_ms: self.audio_ms.load(Ordering::Relaxed),
             utterances: self.utterances.load(Ordering::Relaxed),
+            noise_segments: self.noise_segments.load(Ordering::Relaxed),
             open: self.open.load(Ordering::Acquire),
         }
     }
@@ -324,26 +339,49 @@ impl SessionCell {
 /// A stream's handle on its record; dropping it (the stream ended, or its
 /// upgrade never completed) marks the record closed.
 #[derive(Debug)]
-pub(crate) struct LiveSession(Arc<SessionCell>);
+pub(crate) struct LiveSession {
+    cell: Arc<SessionCell>,
+    /// The simulator-wide [`SttStats::noise_segments`], fed with this
+    /// stream's increments.
+    noise_total: Arc<AtomicU64>,
+}
+
+/// What a stream reports after each client frame.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Progress {
+    /// Audio bytes in this frame.
+    pub audio_bytes: u64,
+    /// The stream's totals so far.
+    pub audio_ms: u64,
+    pub utterances: u64,
+    pub noise_segments: u64,
+}
 
 impl LiveSession {
     /// The session's 1-based number.
     pub(crate) fn session(&self) -> u64 {
-        self.0.session
+        self.cell.session
     }
 
-    /// Called by the stream task after each audio frame.
-    pub(crate) fn update(&self, audio_bytes: u64, audio_ms: u64, utterances: u64) {
-        let cell = &self.0;
-        cell.audio_bytes.fetch_add(audio_bytes, Ordering::Relaxed);
-        cell.audio_ms.store(audio_ms, Ordering::Relaxed);
-        cell.utterances.store(utterances, Ordering::Relaxed);
+    /// Called by the stream task after each client frame.
+    pub(crate) fn update(&self, p: Progress) {
+        let cell = &self.cell;
+        cell.audio_bytes.fetch_add(p.audio_bytes, Ordering::Relaxed);
+        cell.audio_ms.store(p.audio_ms, Ordering::Relaxed);
+        cell.utterances.store(p.utterances, Ordering::Relaxed);
+        // Only this task writes the cell, so the swap sees its own last
+        // value and the total gets each noise segment exactly once.
+        let before = cell
+            .noise_segments
+            .swap(p.noise_segments, Ordering::Relaxed);
+        self.noise_total
+            .fetch_add(p.noise_segments.saturating_sub(before), Ordering::Relaxed);
     }
 }
 
 impl Drop for LiveSession {
     fn drop(&mut self) {
-        self.0.open.store(false, Ordering::Release);
+        self.cell.open.store(false, Ordering::Release);
     }
 }
 
@@ -368,6 +406,9 @@ pub struct SttSim {
     next_session: Arc<AtomicU64>,
     /// The outage after a faulted stream (`down_after_fault_ms`).
     scope: Arc<FaultScope>,
+    /// [`SttStats::noise_segments`]: a plain total, so it survives the
+    /// per-session records being dropped from the recent log.
+    noise_segments: Arc<AtomicU64>,
 }
 
 #[derive(Clone)]
@@ -388,12 +429,17 @@ impl SttSim {
             sessions: Arc::new(RecentSessions::default()),
             next_session: Arc::new(AtomicU64::new(1)),
             scope: Arc::new(FaultScope::default()),
+            noise_segments: Arc::new(AtomicU64::new(0)),
         }
     }
 
-    /// Current session counts and streams per format.
+    /// Current session counts, streams per format and noise segments.
     pub fn stats(&self) -> SttStats {
-        SttStats::new(self.stats.snapshot(), self.formats.snapshot())
+        SttStats::new(
+            self.stats.snapshot(),
+            self.formats.snapshot(),
+            self.noise_segments.load(Ordering::Relaxed),
+        )
     }
 
     /// Records of the most recent streams, oldest first.
@@ -420,10 +466,14 @@ impl SttSim {
             audio_bytes: AtomicU64::new(0),
             audio_ms: AtomicU64::new(0),
             utterances: AtomicU64::new(0),
+            noise_segments: AtomicU64::new(0),
             open: AtomicBool::new(true),
         });
         self.sessions.push(Arc::clone(&cell));
-        LiveSession(cell)
+        LiveSession {
+            cell,
+            noise_total: Arc::clone(&self.noise_segments),
+        }
     }
 
     /// The current configuration.

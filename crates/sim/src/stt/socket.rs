@@ -15,9 +15,9 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::LiveSession;
 use super::messages::ServerMessage;
 use super::stream::{Control, Outbound, StreamCore};
+use super::{LiveSession, Progress};
 use crate::stats::{FaultScope, SessionGuard, SessionStats};
 
 /// Messages waiting out their result latency. The core emits a handful per
@@ -102,6 +102,7 @@ pub(super) async fn run(
             ?end,
             audio_ms = stream.core.audio_ms(),
             utterances = stream.core.utterances(),
+            noise_segments = stream.core.noise_segments(),
             "stt stream closed"
         );
     }
@@ -171,11 +172,12 @@ impl Stream {
             Ok(Message::Ping(_) | Message::Pong(_)) => false,
             Ok(Message::Close(_)) | Err(_) => return None,
         };
-        self.record.update(
+        self.record.update(Progress {
             audio_bytes,
-            self.core.audio_ms(),
-            self.core.utterances() as u64,
-        );
+            audio_ms: self.core.audio_ms(),
+            utterances: self.core.utterances() as u64,
+            noise_segments: self.core.noise_segments() as u64,
+        });
         let due = Instant::now() + self.knobs.result_latency;
         while let Some(out) = self.core.poll_output() {
             self.queue.push_back((due, out));

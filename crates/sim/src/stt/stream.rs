@@ -12,6 +12,19 @@
 //! the simulated provider and the server's watchdog can disagree the way a
 //! real provider and the server would. Interims, utterance-end checks and
 //! audio-time faults run on 10 ms windows of input.
+//!
+//! Not every speech segment is words. A segment whose voiced part (the
+//! detector's start to its end) is shorter than [`MIN_WORDS_MS`] — a
+//! cough, a door, a click on the line — is *noise*, as Deepgram hears it:
+//! `SpeechStarted` still comes (Deepgram's VAD fires on noise too), but no
+//! interim, and at its end one final with an empty transcript
+//! (`is_final: true`, `speech_final` as for words, no words). A noise
+//! segment consumes no script line, so the next real utterance still gets
+//! the next line, and it leaves a pending `UtteranceEnd` of the words
+//! before it alone. A `Finalize` during noise answers with an empty
+//! `from_finalize` final; what follows in the same segment is heard afresh
+//! (from the `Finalize` on), so speech right after a cough still gets its
+//! line. [`StreamCore::noise_segments`] counts them.
 
 use std::collections::VecDeque;
 use std::time::SystemTime;
@@ -29,6 +42,17 @@ use super::params::{SimEncoding, StreamParams};
 
 /// Audio between two interim results of one utterance.
 pub const INTERIM_EVERY_MS: u64 = 400;
+/// Shortest voiced segment transcribed as words; a shorter one is noise
+/// (an empty final, no script line). 250 ms is below the shortest word the
+/// scripts' callers say (a "yes" is about 300 ms of voice) and above a
+/// cough, a click or a door (50–200 ms of sound).
+///
+/// It is compared with the *detected* segment, which runs past the sound:
+/// earshot stamps `SpeechSynth` bursts about 15–95 ms longer than they are
+/// (`noise_tests.rs` prints the table). So a burst of up to 200 ms is
+/// noise at 8 kHz and up to 150 ms at 16 kHz; from 250 ms it is words at
+/// both rates; under about 80 ms the detector may not fire at all.
+pub const MIN_WORDS_MS: u64 = 250;
 /// How fast interim transcripts grow: about a conversational speaking rate.
 const INTERIM_WORDS_PER_SECOND: u64 = 3;
 /// Shortest endpointing the detector honours: shorter silences occur
@@ -120,6 +144,8 @@ pub enum Control {
 /// The utterance the VAD is currently inside.
 #[derive(Debug, Clone, Copy)]
 struct Speech {
+    /// Where the segment's audio not yet answered for begins: the
+    /// detector's start, or the `Finalize` that answered for noise before.
     start_ms: u64,
     next_interim_ms: u64,
     /// A `Finalize` already emitted this utterance's final; the rest of the
@@ -146,6 +172,8 @@ pub struct StreamCore {
     hasher: Sha256,
     bytes: u64,
     line_index: usize,
+    /// Segments heard as noise (shorter than [`MIN_WORDS_MS`]) so far.
+    noise_segments: usize,
     speech: Option<Speech>,
     /// Audio time of the last word, while an `UtteranceEnd` may be due.
     last_word_end_ms: Option<u64>,
@@ -185,6 +213,7 @@ impl StreamCore {
             hasher: Sha256::new(),
             bytes: 0,
             line_index: 0,
+            noise_segments: 0,
             speech: None,
             last_word_end_ms: None,
             closed: false,
@@ -265,9 +294,18 @@ impl StreamCore {
         self.windows * WINDOW_MS
     }
 
-    /// Utterances finalized so far.
+    /// Utterances finalized so far (with words, or emptied by the
+    /// `empty_finals` fault): the script lines consumed. Noise is not
+    /// counted here but in [`StreamCore::noise_segments`].
     pub fn utterances(&self) -> usize {
         self.line_index
+    }
+
+    /// Speech segments heard as noise so far (voiced for less than
+    /// [`MIN_WORDS_MS`]): each was answered with an empty final and
+    /// consumed no script line.
+    pub fn noise_segments(&self) -> usize {
+        self.noise_segments
     }
 
     /// The next message to send, in order.
@@ -366,8 +404,9 @@ impl StreamCore {
         }
         match event {
             SpeechEvent::Start { at_ms } => {
-                // New speech before the gap elapsed: the utterance goes on.
-                self.last_word_end_ms = None;
+                // A pending `UtteranceEnd` is kept: it is checked only
+                // outside speech, and a segment with words moves it on
+                // (the utterance goes on), while noise leaves it due.
                 self.speech = Some(Speech {
                     start_ms: at_ms,
                     next_interim_ms: at_ms + INTERIM_EVERY_MS,
@@ -383,7 +422,8 @@ impl StreamCore {
             SpeechEvent::End { at_ms } => {
                 if let Some(s) = self.speech.take().filter(|s| !s.finalized) {
                     let speech_final = self.params.endpointing_ms.is_some();
-                    self.emit_final(s.start_ms, at_ms, speech_final, false);
+                    let voiced = at_ms.saturating_sub(s.start_ms);
+                    self.end_segment(s.start_ms, at_ms, voiced, speech_final);
                 }
             }
         }
@@ -411,11 +451,16 @@ impl StreamCore {
         if !self.held.is_empty() && !self.stalled(now) {
             self.release_held();
         }
+        // Words only once the segment has been voiced long enough not to
+        // be noise: without this a 150 ms cough still awaiting its
+        // endpoint would get an interim at 400 ms.
+        let voiced = self.speech.map_or(0, |s| self.voiced_ms(&s));
         if let Some(s) = self.speech.as_mut().filter(|s| !s.finalized)
             && self.params.interim_results
             && now >= s.next_interim_ms
+            && voiced >= MIN_WORDS_MS
         {
-            s.next_interim_ms += INTERIM_EVERY_MS;
+            s.next_interim_ms = now + INTERIM_EVERY_MS;
             let start = s.start_ms;
             self.emit_interim(start, now);
         }
@@ -431,28 +476,88 @@ impl StreamCore {
         }
     }
 
-    /// `Finalize`: flush the utterance in progress, if any.
+    /// `Finalize`: flush the utterance in progress, if any. Noise is
+    /// answered with an empty final and the segment heard afresh from
+    /// here; words end the segment's transcription.
     fn finalize_now(&mut self) {
         let now = self.audio_ms();
-        if let Some(s) = self.speech.as_mut().filter(|s| !s.finalized) {
-            s.finalized = true;
-            let start = s.start_ms;
-            self.emit_final(start, now, false, true);
+        let Some(s) = self.speech.filter(|s| !s.finalized) else {
+            return;
+        };
+        let voiced = self.voiced_ms(&s);
+        if voiced == 0 {
+            // Nothing voiced since the last `Finalize` answered for noise.
+            return;
+        }
+        if voiced < MIN_WORDS_MS {
+            self.emit_noise_final(s.start_ms, now, false, true);
+            self.speech = Some(Speech {
+                start_ms: now,
+                next_interim_ms: now + INTERIM_EVERY_MS,
+                finalized: false,
+            });
+        } else {
+            self.speech = Some(Speech {
+                finalized: true,
+                ..s
+            });
+            self.emit_final(s.start_ms, now, false, true);
         }
     }
 
     /// `CloseStream` or a zero-length frame.
     fn finish(&mut self) {
         let now = self.audio_ms();
-        if let Some(s) = self.speech.take().filter(|s| !s.finalized) {
+        if let Some(s) = self.speech.filter(|s| !s.finalized) {
             // The audio has ended, so this utterance has too.
-            self.emit_final(s.start_ms, now, true, false);
+            let voiced = self.voiced_ms(&s);
+            self.speech = None;
+            self.end_segment(s.start_ms, now, voiced, true);
         }
         // The audio is over, so is any stall: held results precede the summary.
         self.release_held();
         let summary = self.summary();
         self.send(ServerMessage::Metadata(summary));
         self.close(CLOSE_NORMAL, "");
+    }
+
+    /// How long the open segment `s` has been voiced since its
+    /// `start_ms`, as the detector would stamp it if it ended now.
+    fn voiced_ms(&self, s: &Speech) -> u64 {
+        self.detector
+            .speech_end_ms()
+            .map_or(0, |end| end.saturating_sub(s.start_ms))
+    }
+
+    /// Ends a segment with its final over `start_ms..end_ms`: words (the
+    /// next script line) when it was voiced for at least [`MIN_WORDS_MS`],
+    /// else an empty noise final; nothing when no voiced audio is left
+    /// unanswered (a `Finalize` already answered for it).
+    fn end_segment(&mut self, start_ms: u64, end_ms: u64, voiced_ms: u64, speech_final: bool) {
+        if voiced_ms == 0 {
+            return;
+        }
+        if voiced_ms < MIN_WORDS_MS {
+            self.emit_noise_final(start_ms, end_ms, speech_final, false);
+        } else {
+            self.emit_final(start_ms, end_ms, speech_final, false);
+        }
+    }
+
+    /// A final with no words for a noise segment; no script line is used,
+    /// no `UtteranceEnd` is scheduled (there is no last word), and the
+    /// `empty_finals` fault does not apply (it is about utterances).
+    fn emit_noise_final(
+        &mut self,
+        start_ms: u64,
+        end_ms: u64,
+        speech_final: bool,
+        from_finalize: bool,
+    ) {
+        let speech_final = speech_final && !self.faults.no_speech_final;
+        let results = self.results(&[], start_ms, end_ms, true, speech_final, from_finalize);
+        self.send(ServerMessage::Results(results));
+        self.noise_segments += 1;
     }
 
     fn emit_interim(&mut self, start_ms: u64, now_ms: u64) {
@@ -573,3 +678,7 @@ mod tests;
 #[cfg(test)]
 #[path = "stream_fuzz_tests.rs"]
 mod fuzz_tests;
+
+#[cfg(test)]
+#[path = "noise_tests.rs"]
+mod noise_tests;

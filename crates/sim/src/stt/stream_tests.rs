@@ -9,14 +9,14 @@ use sha2::{Digest, Sha256};
 use super::*;
 use crate::stt::messages::ServerMessage;
 
-fn script() -> Vec<String> {
+pub(super) fn script() -> Vec<String> {
     vec![
         "Hi, I'd like to book a table for four people.".into(),
         "The name is Alex Morgan.".into(),
     ]
 }
 
-fn params() -> StreamParams {
+pub(super) fn params() -> StreamParams {
     StreamParams {
         interim_results: true,
         endpointing_ms: Some(300),
@@ -26,7 +26,7 @@ fn params() -> StreamParams {
     }
 }
 
-fn core(p: StreamParams) -> StreamCore {
+pub(super) fn core(p: StreamParams) -> StreamCore {
     StreamCore::new(
         p,
         script(),
@@ -46,11 +46,11 @@ fn two_utterances() -> Vec<i16> {
     audio
 }
 
-fn drain(c: &mut StreamCore) -> Vec<Outbound> {
+pub(super) fn drain(c: &mut StreamCore) -> Vec<Outbound> {
     std::iter::from_fn(|| c.poll_output()).collect()
 }
 
-fn push_frames(c: &mut StreamCore, bytes: &[u8], frame: usize) -> Vec<Outbound> {
+pub(super) fn push_frames(c: &mut StreamCore, bytes: &[u8], frame: usize) -> Vec<Outbound> {
     let mut out = Vec::new();
     for f in bytes.chunks(frame) {
         c.push_audio(f);
@@ -59,7 +59,7 @@ fn push_frames(c: &mut StreamCore, bytes: &[u8], frame: usize) -> Vec<Outbound> 
     out
 }
 
-fn results(out: &[Outbound]) -> Vec<&ResultsMessage> {
+pub(super) fn results(out: &[Outbound]) -> Vec<&ResultsMessage> {
     out.iter()
         .filter_map(|o| match o {
             Outbound::Message(ServerMessage::Results(r)) => Some(r),
@@ -68,11 +68,11 @@ fn results(out: &[Outbound]) -> Vec<&ResultsMessage> {
         .collect()
 }
 
-fn finals(out: &[Outbound]) -> Vec<&ResultsMessage> {
+pub(super) fn finals(out: &[Outbound]) -> Vec<&ResultsMessage> {
     results(out).into_iter().filter(|r| r.is_final).collect()
 }
 
-fn count(out: &[Outbound], pred: impl Fn(&ServerMessage) -> bool) -> usize {
+pub(super) fn count(out: &[Outbound], pred: impl Fn(&ServerMessage) -> bool) -> usize {
     out.iter()
         .filter(|o| matches!(o, Outbound::Message(m) if pred(m)))
         .count()

@@ -224,6 +224,67 @@ async fn a_linear16_16khz_stream_is_transcribed_and_recorded_with_its_format() {
     cancel.cancel();
 }
 
+#[tokio::test]
+async fn noise_segments_are_counted_per_stream_and_in_total() {
+    use crate::test_ws::RawWs;
+    use media::synth::SpeechSynth;
+
+    let (sim, addr, cancel) = start(SttSimConfig {
+        result_latency_ms: 0,
+        ..SttSimConfig::default()
+    })
+    .await;
+    // Stream 1: a cough, then an utterance; stream 2: two coughs.
+    for (seed, bursts) in [(1, [150, 1_200]), (2, [150, 120])] {
+        let (mut ws, _) = RawWs::connect(
+            addr,
+            "/v1/listen?encoding=mulaw&sample_rate=8000&endpointing=300",
+            &[],
+        )
+        .await
+        .unwrap();
+        let mut synth = SpeechSynth::new(8_000, seed);
+        let mut audio = synth.silence(300);
+        for ms in bursts {
+            audio.extend(synth.utterance(ms));
+            audio.extend(synth.silence(700));
+        }
+        for frame in media::g711::encode_ulaw(&audio).chunks(160) {
+            ws.send_binary(frame).await;
+        }
+        ws.send_text(r#"{"type":"CloseStream"}"#).await;
+        let (texts, code) = ws.until_close().await;
+        assert_eq!(code, Some(1000));
+        let transcripts: Vec<String> = texts
+            .iter()
+            .map(|t| serde_json::from_str::<serde_json::Value>(t).unwrap())
+            .filter(|m| m["type"] == "Results" && m["is_final"] == true)
+            .map(|m| m["channel"]["alternatives"][0]["transcript"].to_string())
+            .collect();
+        let want: &[&str] = if seed == 1 {
+            &["\"\"", "\"Hi, I'd like to book a table for four people.\""]
+        } else {
+            &["\"\"", "\"\""]
+        };
+        assert_eq!(transcripts, want);
+    }
+    eventually("the records to close", || {
+        sim.sessions().iter().all(|r| !r.open)
+    })
+    .await;
+    let counts: Vec<(u64, u64)> = sim
+        .sessions()
+        .iter()
+        .map(|r| (r.utterances, r.noise_segments))
+        .collect();
+    assert_eq!(counts, [(1, 1), (0, 2)]);
+    assert_eq!(sim.stats().noise_segments, 3);
+    let (_, body) = http(addr, "GET /stats HTTP/1.1\r\nHost: sim\r\n\r\n".into()).await;
+    let served: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(served["noise_segments"], 3);
+    cancel.cancel();
+}
+
 #[test]
 fn a_refusal_carries_its_error_in_the_dg_error_header() {
     let sim = SttSim::new(SttSimConfig {
