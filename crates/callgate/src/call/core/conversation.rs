@@ -119,7 +119,10 @@ impl CallCore {
         self.watchdog.reply_audible();
         if b.frames_sent > 0 && !paused {
             self.push(Command::Clear);
-            self.timings.stop_emitted();
+            // Measured from the VAD's onset only while that speech goes on.
+            if self.vad.is_speaking() {
+                self.timings.stop_emitted();
+            }
         }
         if self.links.tts {
             self.push(Command::TtsCancel(b.ctx));
