@@ -1,4 +1,6 @@
-//! `callgate bench incident`: the 200-call lunch spike at full size, measured.
+//! `callgate bench incident`: the 200-call lunch spike at full size, measured;
+//! `callgate bench interaction` (see [`interaction`]): barge-in and turn
+//! latency at 1, 100 and 1,000 concurrent calls, on the same rig.
 //!
 //! What it is: a benchmark that starts a throwaway Postgres (or uses
 //! `CALLGATE_DATABASE_URL`), the provider simulators and the server — the
@@ -52,8 +54,10 @@
 //! not judged. The exit code is non-zero if any run FAILs.
 
 mod db;
+pub mod interaction;
 mod priority;
 mod procfs;
+mod receipts;
 mod rig;
 mod row;
 mod sampler;
@@ -84,6 +88,10 @@ pub enum Scenario {
     /// The 200-call lunch-hour incident at full size: capacity 220 by the
     /// provider ceilings; 200 (baseline), 300 and 2,200 calls offered.
     Incident(IncidentArgs),
+    /// Barge-in and turn latency: 1, 100 and 1,000 concurrent callers each
+    /// speak into the greeting, then do normal turns; onset → clear, bot
+    /// audio after onset, callgate's own share of turn latency.
+    Interaction(interaction::InteractionArgs),
 }
 
 /// How the calls of a run arrive within `--arrival-s`.
@@ -238,6 +246,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     crate::logging::init("text", "warn");
     match args.scenario {
         Scenario::Incident(a) => incident(a).await,
+        Scenario::Interaction(a) => interaction::run(a).await,
     }
 }
 
@@ -321,16 +330,8 @@ async fn measure(rig: &mut Rig, args: &IncidentArgs, i: usize) -> anyhow::Result
     let after = rig.cpu_ticks()?;
     let to = SystemTime::now();
     let server_calls = rig.server_rows(from, to).await?;
-    let secs = |a: u64, b: u64| procfs::ticks_to_secs(b.saturating_sub(a), rig.clock_ticks);
-    let resources = Resources {
-        wall_s: started.elapsed().as_secs_f64(),
-        server_cpu_s: secs(before.server, after.server),
-        sims_cpu_s: secs(before.sims, after.sims),
-        load_cpu_s: secs(before.load, after.load),
-        postgres_cpu_s: secs(before.postgres, after.postgres),
-        machine_cpu_s: secs(before.machine, after.machine),
-        peaks,
-    };
+    let wall_s = started.elapsed().as_secs_f64();
+    let resources = Resources::between(before, after, rig.clock_ticks, wall_s, peaks);
     let setup = RunSetup {
         offered: args.runs[i],
         arrival_s: args.arrival_of(i),
@@ -379,6 +380,7 @@ mod tests {
         full.extend_from_slice(argv);
         match Cmd::try_parse_from(full).unwrap().scenario {
             Scenario::Incident(a) => a,
+            Scenario::Interaction(_) => unreachable!("parsed `incident`"),
         }
     }
 

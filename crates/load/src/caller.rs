@@ -23,6 +23,13 @@
 //! is the greeting or a reply, and only it lets a `turn-` mark end the turn.
 //! Audio of any kind fills owed silence — an apology is not dead air.
 //!
+//! Interaction scenarios ([`interaction`]): with `barge_in_at` the first
+//! utterance starts that long after the greeting's first own audio frame,
+//! over the greeting (nothing is owed while the caller talks); with a
+//! `cough` a short voiced burst goes out that long into one bot turn and
+//! the caller keeps listening — a turn mark the server's `clear` released
+//! then does not end that turn, only one that plays does.
+//!
 //! Owed silence: while the caller waits for the greeting, for a reply, for a
 //! bot turn's closing mark, or for the close after a terminal mark, every
 //! stretch in which nothing plays is measured. A stretch longer than the
@@ -43,8 +50,11 @@ use crate::record::{CallRecord, Outcome, Prompt, PromptsHeard, ServerError, Tran
 use crate::transport::{self, CallProtocol, Heard, Release, Wire};
 
 use ending::{Terminal, TerminalKind, terminal_kind, terminal_outcome};
+pub use interaction::CoughPlan;
+use interaction::Interaction;
 
 mod ending;
+mod interaction;
 
 #[cfg(test)]
 mod tests;
@@ -80,6 +90,13 @@ pub struct CallPlan {
     pub voice_seed: u64,
     /// The protocol spoken, with its audio format.
     pub protocol: CallProtocol,
+    /// Barge-in: speak the first utterance this long after the greeting's
+    /// first audio frame was received, over the greeting, instead of after
+    /// its closing mark.
+    pub barge_in_at: Option<Duration>,
+    /// A short voiced burst into one bot turn, after which the caller keeps
+    /// listening.
+    pub cough: Option<CoughPlan>,
 }
 
 /// One caller turn: a pause after the bot finished, then speech.
@@ -105,6 +122,16 @@ enum BotTurn {
     Greeting,
     /// The reply to utterance `n` (1-based).
     Reply(usize),
+}
+
+impl BotTurn {
+    /// 0 for the greeting, `n` for the reply to utterance `n`.
+    fn index(self) -> usize {
+        match self {
+            BotTurn::Greeting => 0,
+            BotTurn::Reply(n) => n,
+        }
+    }
 }
 
 /// What has arrived of the bot turn being waited for.
@@ -233,6 +260,11 @@ pub struct Caller {
     counters: Counters,
     said: ServerSaid,
     finish: Option<Finish>,
+    /// The barge-in and cough scenarios and what they measured.
+    interaction: Interaction,
+    /// A cough being sent (the call's audio format) and how much of it has
+    /// gone; only while the caller is not speaking an utterance.
+    burst: Option<(Vec<u8>, usize)>,
 }
 
 impl Caller {
@@ -240,6 +272,8 @@ impl Caller {
     pub fn new(plan: CallPlan) -> Caller {
         let audio = plan.protocol.audio();
         Caller {
+            interaction: Interaction::new(plan.barge_in_at, plan.cough),
+            burst: None,
             wire: Wire::new(plan.protocol, plan.ids),
             audio,
             voice: SpeechSynth::new(audio.sample_rate, plan.voice_seed),
@@ -447,6 +481,8 @@ impl Caller {
             apologies_heard: c.prompts.apology as usize,
             apology_latency_ms: c.apology_latency.iter().map(ms).collect(),
             prompts_heard: c.prompts,
+            barge_in: self.interaction.barge_record(),
+            cough: self.interaction.cough_record(),
         }
     }
 
@@ -528,23 +564,14 @@ impl Caller {
     fn next_payload(&mut self, t: Duration) -> Vec<u8> {
         let frame_bytes = self.audio.frame_bytes();
         let mut frame = vec![transport::silence_byte(self.audio); frame_bytes];
-        if let Stage::Thinking { next, until } = self.stage
-            && t >= until
-        {
-            let ms = self.plan.turns.get(next).map_or(0, |turn| turn.speech_ms);
-            let audio = transport::encode(self.audio, &self.voice.utterance(ms));
-            self.stage = Stage::Speaking {
-                utterance: next,
-                audio,
-                pos: 0,
-            };
-        }
+        self.start_voice(t);
         let Stage::Speaking {
             utterance,
             audio,
             pos,
         } = &mut self.stage
         else {
+            self.burst_into(&mut frame);
             return frame;
         };
         let end = (*pos + frame_bytes).min(audio.len());
@@ -558,6 +585,7 @@ impl Caller {
             self.speech_ended_at = t;
             self.counters.turn_audio = Duration::ZERO;
             self.ear.new_turn();
+            self.interaction.speech_ended();
             self.stage = Stage::AwaitBot {
                 turn: BotTurn::Reply(reply),
                 heard: TurnHeard::Nothing,
@@ -565,6 +593,55 @@ impl Caller {
             self.owed_from = Some(t);
         }
         frame
+    }
+
+    /// Starts whatever the caller's voice does from the frame ending at
+    /// `t`: the next utterance after thinking, the first utterance over the
+    /// greeting (barge-in), or a cough into the turn playing.
+    fn start_voice(&mut self, t: Duration) {
+        match self.stage {
+            Stage::Thinking { next, until } if t >= until => self.begin_utterance(next),
+            Stage::AwaitBot {
+                turn,
+                heard: TurnHeard::Own,
+            } => {
+                if turn == BotTurn::Greeting && self.interaction.barge_starts(t) {
+                    // Nothing is owed while the caller talks.
+                    self.owed_from = None;
+                    self.begin_utterance(0);
+                } else if let Some(ms) = self.interaction.cough_starts(t, turn.index()) {
+                    let audio = transport::encode(self.audio, &self.voice.utterance(ms));
+                    self.burst = Some((audio, 0));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn begin_utterance(&mut self, next: usize) {
+        let ms = self.plan.turns.get(next).map_or(0, |turn| turn.speech_ms);
+        let audio = transport::encode(self.audio, &self.voice.utterance(ms));
+        self.burst = None;
+        self.stage = Stage::Speaking {
+            utterance: next,
+            audio,
+            pos: 0,
+        };
+    }
+
+    /// Copies the next part of a cough being sent into `frame`.
+    fn burst_into(&mut self, frame: &mut [u8]) {
+        let Some((audio, pos)) = &mut self.burst else {
+            return;
+        };
+        let end = (*pos + frame.len()).min(audio.len());
+        if let Some(chunk) = audio.get(*pos..end) {
+            frame[..chunk.len()].copy_from_slice(chunk);
+        }
+        *pos = end;
+        if *pos >= audio.len() {
+            self.burst = None;
+        }
     }
 
     // ---- server events -------------------------------------------------
@@ -617,6 +694,8 @@ impl Caller {
         self.counters
             .first_audio
             .get_or_insert(now.saturating_sub(self.started_at));
+        let len = transport::playing_time(self.audio, audio.len());
+        self.interaction.audio(now, len);
         // A stretch of dead air this audio ends too late is silent in the
         // phase it was owed in, but what arrived is still measured (a reply
         // at 3.4 s has its true latency).
@@ -634,8 +713,7 @@ impl Caller {
         if let Stage::Terminal(term) = &mut self.stage {
             term.audio_seen = true;
         }
-        self.playout
-            .push_audio(now, transport::playing_time(self.audio, audio.len()));
+        self.playout.push_audio(now, len);
     }
 
     /// Acts on what a stretch of the audio was.
@@ -676,6 +754,7 @@ impl Caller {
         };
         if *heard != TurnHeard::Own {
             *heard = TurnHeard::Own;
+            self.interaction.turn_began(now, turn.index());
             match turn {
                 BotTurn::Reply(_) => {
                     let latency = now.saturating_sub(self.speech_ended_at);
@@ -712,6 +791,7 @@ impl Caller {
     }
 
     fn on_clear(&mut self, now: Duration) {
+        self.interaction.clear(now);
         self.prompt_started = None;
         self.ear.clear();
         for mark in self.playout.clear(now) {
@@ -760,7 +840,12 @@ impl Caller {
                 },
             ) => {
                 let turn = *turn;
-                self.turn_completed(t, turn);
+                // After a cough the bot should resume, not end its turn:
+                // a mark the clear released is not the turn's end.
+                let held = why == Release::Cleared && self.interaction.holds_turn(turn.index());
+                if !held {
+                    self.turn_completed(t, turn);
+                }
             }
             (MarkRole::Terminal, Stage::Terminal(term)) => term.echoed = true,
             _ => {}
@@ -768,6 +853,7 @@ impl Caller {
     }
 
     fn turn_completed(&mut self, t: Duration, turn: BotTurn) {
+        self.interaction.turn_completed(turn.index());
         self.prompt_started = None;
         self.ear.new_turn();
         if self.end_stretch(t) {

@@ -75,6 +75,19 @@ pub struct LoadArgs {
     /// Never draw the progress line (it is only drawn on a terminal anyway).
     #[arg(long)]
     pub no_progress: bool,
+    /// Barge-in: speak the first utterance this many ms after the
+    /// greeting's first audio frame, over the greeting.
+    #[arg(long)]
+    pub barge_in_at_ms: Option<u32>,
+    /// Cough: a short voiced burst this many ms into bot turn `--cough-turn`.
+    #[arg(long)]
+    pub cough_at_ms: Option<u32>,
+    /// Length of the cough in ms.
+    #[arg(long, default_value_t = 150)]
+    pub cough_ms: u32,
+    /// The bot turn coughed into: 0 the greeting, n the reply to utterance n.
+    #[arg(long, default_value_t = 1)]
+    pub cough_turn: usize,
 }
 
 impl LoadArgs {
@@ -107,6 +120,10 @@ impl LoadArgs {
             custom_parameters: self.params.clone(),
             seed: self.seed,
             progress: !self.no_progress && std::io::stderr().is_terminal(),
+            barge_in_at_ms: self.barge_in_at_ms,
+            cough_at_ms: self.cough_at_ms,
+            cough_ms: self.cough_ms,
+            cough_turn: self.cough_turn,
         }
     }
 }
@@ -292,6 +309,28 @@ mod tests {
             .to_config();
         assert_eq!((fixed.utterances, fixed.utterances_max), (4, None));
         assert!(Cmd::try_parse_from(["load", "--rate", "2", "--ramp", "1:2:3s"]).is_err());
+        assert_eq!((cfg.barge_in_at_ms, cfg.cough_at_ms), (None, None));
+        let scenarios = Cmd::parse_from([
+            "load",
+            "--barge-in-at-ms",
+            "800",
+            "--cough-at-ms",
+            "700",
+            "--cough-turn",
+            "2",
+        ])
+        .load
+        .to_config();
+        assert_eq!(scenarios.barge_in_at_ms, Some(800));
+        assert_eq!(
+            (
+                scenarios.cough_at_ms,
+                scenarios.cough_ms,
+                scenarios.cough_turn
+            ),
+            (Some(700), 150, 2)
+        );
+        assert!(scenarios.validate().is_ok());
         assert_eq!(
             (cfg.protocol, cfg.url.as_str()),
             (Protocol::Twilio, "ws://127.0.0.1:8080/v1/media-stream")

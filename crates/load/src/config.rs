@@ -6,7 +6,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::arrival::Arrival;
-use crate::caller::{CallPlan, TurnPlan};
+use crate::caller::{CallPlan, CoughPlan, TurnPlan};
 use crate::error::LoadError;
 use crate::ids::{AccountSid, CallIds, CallSid, StreamSid};
 use crate::partner_wire::PartnerFormat;
@@ -16,6 +16,9 @@ use crate::transport::{CallProtocol, Protocol};
 const MAX_UTTERANCE_MS: u32 = 60_000;
 /// Most utterances one call may be planned with (a plan is drawn up front).
 const MAX_UTTERANCES: usize = 1_000;
+/// Longest cough a caller may be configured with: a cough is a short
+/// burst, not an utterance.
+const MAX_COUGH_MS: u32 = 1_000;
 /// Salt of the random stream that draws each call's utterance count, kept
 /// apart from the turn stream so a fixed count reproduces earlier plans.
 const COUNT_STREAM: u64 = 0x6361_6c6c_2d6c_656e; // "call-len"
@@ -62,6 +65,20 @@ pub struct LoadConfig {
     pub seed: u64,
     /// Show a live progress line on stderr.
     pub progress: bool,
+    /// Barge-in scenario: each caller speaks its first utterance this many
+    /// ms after the greeting's first audio frame was received — over the
+    /// greeting — instead of after the greeting's closing mark, and records
+    /// what the server did about it (`CallRecord::barge_in`).
+    pub barge_in_at_ms: Option<u32>,
+    /// Cough scenario: a short voiced burst of `cough_ms` this many ms after
+    /// the first audio frame of bot turn `cough_turn` was received; then
+    /// silence, and the caller keeps listening (`CallRecord::cough`).
+    pub cough_at_ms: Option<u32>,
+    /// Length of the cough (`media::synth::SpeechSynth::utterance`).
+    pub cough_ms: u32,
+    /// The bot turn coughed into: 0 the greeting, `n` the reply to
+    /// utterance `n` (default 1, the first reply).
+    pub cough_turn: usize,
 }
 
 impl Default for LoadConfig {
@@ -84,6 +101,10 @@ impl Default for LoadConfig {
             custom_parameters: Vec::new(),
             seed: 1,
             progress: false,
+            barge_in_at_ms: None,
+            cough_at_ms: None,
+            cough_ms: 150,
+            cough_turn: 1,
         }
     }
 }
@@ -140,7 +161,46 @@ impl LoadConfig {
         if self.call_timeout.is_zero() {
             return bad("call_timeout", "must be positive");
         }
+        self.validate_scenarios()?;
         self.arrival.validate()
+    }
+
+    /// The barge-in and cough scenarios fit the script.
+    fn validate_scenarios(&self) -> Result<(), LoadError> {
+        let bad = |field: &'static str, reason: &str| {
+            Err(LoadError::InvalidConfig {
+                field,
+                reason: reason.to_string(),
+            })
+        };
+        if self.barge_in_at_ms.is_some() && self.utterances == 0 {
+            return bad("barge_in_at_ms", "needs at least one utterance to speak");
+        }
+        if self.cough_at_ms.is_none() {
+            return Ok(());
+        }
+        if self.cough_ms == 0 || self.cough_ms > MAX_COUGH_MS {
+            return bad("cough_ms", "needs 0 < cough_ms <= 1000");
+        }
+        if self.cough_turn > self.utterances {
+            return bad(
+                "cough_turn",
+                "must be a turn every call has: at most `utterances` (0 = the greeting)",
+            );
+        }
+        if self.cough_turn == 0 && self.barge_in_at_ms.is_some() {
+            return bad("cough_turn", "the greeting is already barged into");
+        }
+        Ok(())
+    }
+
+    /// The cough every call plans, if any.
+    fn cough_plan(&self) -> Option<CoughPlan> {
+        self.cough_at_ms.map(|at| CoughPlan {
+            turn: self.cough_turn,
+            at: Duration::from_millis(u64::from(at)),
+            len_ms: self.cough_ms,
+        })
     }
 
     /// The protocol of every call, with its audio format.
@@ -201,6 +261,10 @@ impl LoadConfig {
             call_timeout: self.call_timeout,
             voice_seed: rng.random(),
             protocol: self.call_protocol(),
+            barge_in_at: self
+                .barge_in_at_ms
+                .map(|ms| Duration::from_millis(u64::from(ms))),
+            cough: self.cough_plan(),
         }
     }
 }
@@ -376,6 +440,55 @@ mod tests {
             LoadConfig::default().plan(5, account),
         );
         assert_eq!((a.turns, a.voice_seed), (b.turns, b.voice_seed));
+    }
+
+    #[test]
+    fn scenarios_reach_every_plan_and_must_fit_the_script() {
+        let cfg = LoadConfig {
+            barge_in_at_ms: Some(800),
+            cough_at_ms: Some(700),
+            ..LoadConfig::default()
+        };
+        assert!(cfg.validate().is_ok());
+        let plan = cfg.plan(0, AccountSid::random());
+        assert_eq!(plan.barge_in_at, Some(Duration::from_millis(800)));
+        assert_eq!(
+            plan.cough,
+            Some(CoughPlan {
+                turn: 1,
+                at: Duration::from_millis(700),
+                len_ms: 150
+            })
+        );
+        assert_eq!(
+            LoadConfig::default().plan(0, AccountSid::random()).cough,
+            None
+        );
+        let field = |cfg: LoadConfig| match cfg.validate() {
+            Err(LoadError::InvalidConfig { field, .. }) => field,
+            other => panic!("expected invalid config, got {other:?}"),
+        };
+        let silent = LoadConfig {
+            utterances: 0,
+            barge_in_at_ms: Some(800),
+            ..LoadConfig::default()
+        };
+        assert_eq!(field(silent), "barge_in_at_ms");
+        let beyond = LoadConfig {
+            cough_turn: 4,
+            ..cfg.clone()
+        };
+        assert_eq!(field(beyond), "cough_turn");
+        let both_on_greeting = LoadConfig {
+            cough_turn: 0,
+            ..cfg.clone()
+        };
+        assert_eq!(field(both_on_greeting), "cough_turn");
+        let long = LoadConfig {
+            cough_ms: 5_000,
+            ..cfg
+        };
+        assert_eq!(field(long), "cough_ms");
     }
 
     #[test]

@@ -19,6 +19,15 @@
 //! *owed silence* — dead air while the caller was waiting for something —
 //! and flags a call `Silent` when that exceeds the threshold.
 //!
+//! Two interaction scenarios measure barge-in from the caller's side
+//! ([`LoadConfig::barge_in_at_ms`], [`LoadConfig::cough_at_ms`]): a caller
+//! that speaks over the greeting records onset → `clear`, the bot audio
+//! received after its onset and any audio of the stopped turn after the
+//! clear ([`BargeInRecord`]); a caller that coughs (a short voiced burst, no
+//! words) into a bot turn keeps listening and records whether the turn
+//! paused and resumed to its mark ([`CoughRecord`]). Both are measured on
+//! the caller's own clock, audio by what the socket delivered.
+//!
 //! It tells a reply from the server's bundled prompts by what it hears
 //! ([`prompts`]): the prompts are known audio (the server's asset files,
 //! indexed frame by frame in each audio format), so an apology, hold music
@@ -94,14 +103,17 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 pub use arrival::Arrival;
-pub use caller::{CallPlan, Caller, MAX_FRAME_LAG, Transmit, TurnPlan};
+pub use caller::{CallPlan, Caller, CoughPlan, MAX_FRAME_LAG, Transmit, TurnPlan};
 pub use config::LoadConfig;
 pub use connect::Auth;
 pub use error::{ErrorSource, LoadError};
 pub use ids::{AccountSid, CallIds, CallSid, StreamSid};
 pub use partner_wire::PartnerFormat;
-pub use record::{CallRecord, Outcome, Prompt, PromptsHeard, ServerError, TransferMessage};
-pub use report::{LoadReport, Percentiles, Summary};
+pub use record::{
+    BargeInRecord, CallRecord, CoughRecord, Outcome, Prompt, PromptsHeard, ServerError,
+    TransferMessage,
+};
+pub use report::{BargeInSummary, CoughSummary, LoadReport, Percentiles, Summary};
 pub use transport::{CallProtocol, Protocol};
 
 use driver::Dial;

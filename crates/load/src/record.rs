@@ -308,6 +308,81 @@ pub struct CallRecord {
     /// Each bundled prompt heard, by kind, and unknown audio.
     #[serde(default)]
     pub prompts_heard: PromptsHeard,
+    /// The barge-in scenario (`LoadConfig::barge_in_at_ms`): the caller
+    /// spoke over the greeting. Absent when the scenario did not run (not
+    /// configured, no greeting audio, or the greeting ended first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barge_in: Option<BargeInRecord>,
+    /// The cough scenario (`LoadConfig::cough_at_ms`): a short voiced burst
+    /// into a bot turn. Absent when the scenario did not run (not
+    /// configured, or the turn never began or ended first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cough: Option<CoughRecord>,
+}
+
+/// What speaking over the greeting did, measured by the caller on its own
+/// clock (milliseconds).
+///
+/// Definitions: the *onset* is the moment the caller's first voiced frame
+/// was due to be sent (the caller's 20 ms media clock; if the generator ran
+/// late the frame left later, which can only lengthen the figures below,
+/// never flatter the server). Bot audio is counted as it is *received on
+/// the socket*, by the playing time of the bytes (a Twilio media frame is
+/// 160 μ-law bytes = 20 ms; a partner L16 frame 640 bytes = 20 ms), not as
+/// it plays: the server paces audio at most `call.pacer_lead_ms` (60 ms)
+/// ahead of real time, and what already sat in the phone's buffer at the
+/// onset was sent before the server could have heard anything, so it is
+/// not counted. Only a `clear` received between the onset and the end of
+/// the caller's utterance answers the barge-in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BargeInRecord {
+    /// From the greeting's first audio frame received to the onset: the
+    /// planned `barge_in_at_ms`, rounded up to the caller's 20 ms frames.
+    pub into_turn_ms: u64,
+    /// From dialling to the onset.
+    pub onset_ms: u64,
+    /// Onset → the `clear` received; `None`: no clear came before the
+    /// caller's utterance ended (the barge-in was not answered).
+    pub onset_to_clear_ms: Option<u64>,
+    /// Bot audio received after the onset and up to the clear (to the end
+    /// of the caller's utterance when no clear came): what the server sent
+    /// over the caller before it stopped.
+    pub bot_audio_after_onset_ms: u64,
+    /// Bot audio received after the clear and before the caller's
+    /// utterance ended: audio of the interrupted turn sent after it was
+    /// stopped. Must be 0. `None` when no clear came.
+    pub audio_after_clear_ms: Option<u64>,
+}
+
+/// What a short voiced burst (a cough) into a bot turn did, measured by the
+/// caller on its own clock (milliseconds). Onset and received audio are
+/// defined as for [`BargeInRecord`]. After the cough the caller only
+/// listens: a turn mark that the `clear` released does not end the turn
+/// for it (the bot is expected to resume); only a turn mark that plays
+/// does, and if the bot never resumes the call goes silent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CoughRecord {
+    /// The bot turn coughed into: 0 the greeting, `n` the reply to
+    /// utterance `n`.
+    pub turn: usize,
+    /// Length of the burst.
+    pub cough_ms: u32,
+    /// From the turn's first audio frame received to the onset.
+    pub into_turn_ms: u64,
+    /// From dialling to the onset.
+    pub onset_ms: u64,
+    /// Onset → the first `clear` received before the turn ended; `None`:
+    /// the server never paused.
+    pub onset_to_clear_ms: Option<u64>,
+    /// Bot audio received after the onset and up to the clear (to the end
+    /// of the turn when no clear came).
+    pub bot_audio_after_onset_ms: u64,
+    /// The clear → the first bot audio received after it; `None`: no clear,
+    /// or nothing came after it.
+    pub gap_ms: Option<u64>,
+    /// The turn resumed: a clear came, bot audio followed it, and the
+    /// turn's `turn-` mark then played (echoed when playout reached it).
+    pub resumed: bool,
 }
 
 impl Default for CallRecord {
@@ -346,6 +421,8 @@ impl Default for CallRecord {
             apologies_heard: 0,
             apology_latency_ms: Vec::new(),
             prompts_heard: PromptsHeard::default(),
+            barge_in: None,
+            cough: None,
         }
     }
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::caller::millis;
 use crate::error::LoadError;
-use crate::record::{CallRecord, Outcome, Prompt, PromptsHeard};
+use crate::record::{BargeInRecord, CallRecord, CoughRecord, Outcome, Prompt, PromptsHeard};
 
 /// At most this many failed or silent calls are listed by the table; the
 /// JSON report has them all.
@@ -103,6 +103,93 @@ pub struct Summary {
     pub max_send_lag_ms: u64,
     pub media_frames_skipped: u64,
     pub wall_time_ms: u64,
+    /// The barge-in scenario across calls; absent when no caller spoke
+    /// over a greeting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub barge_in: Option<BargeInSummary>,
+    /// The cough scenario across calls; absent when no caller coughed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cough: Option<CoughSummary>,
+}
+
+/// Every [`BargeInRecord`] of a run pooled (definitions there).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BargeInSummary {
+    /// Calls whose caller spoke over the greeting.
+    pub spoken: usize,
+    /// Of them, those the server answered with a `clear` before the
+    /// caller's utterance ended.
+    pub cleared: usize,
+    /// Onset → `clear`, over the cleared calls.
+    pub onset_to_clear_ms: Percentiles,
+    /// Bot audio received after the onset, until the clear (or the end of
+    /// the utterance), over every call that spoke.
+    pub bot_audio_after_onset_ms: Percentiles,
+    /// Bot audio received after the clear while the caller still spoke,
+    /// over the cleared calls (every value must be 0).
+    pub audio_after_clear_ms: Percentiles,
+}
+
+impl BargeInSummary {
+    /// `None` when no record ran the scenario.
+    pub fn of(records: &[&BargeInRecord]) -> Option<BargeInSummary> {
+        if records.is_empty() {
+            return None;
+        }
+        let pool = |f: fn(&BargeInRecord) -> Option<u64>| {
+            Percentiles::of(records.iter().filter_map(|r| f(r)).collect())
+        };
+        Some(BargeInSummary {
+            spoken: records.len(),
+            cleared: records
+                .iter()
+                .filter(|r| r.onset_to_clear_ms.is_some())
+                .count(),
+            onset_to_clear_ms: pool(|r| r.onset_to_clear_ms),
+            bot_audio_after_onset_ms: pool(|r| Some(r.bot_audio_after_onset_ms)),
+            audio_after_clear_ms: pool(|r| r.audio_after_clear_ms),
+        })
+    }
+}
+
+/// Every [`CoughRecord`] of a run pooled (definitions there).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CoughSummary {
+    /// Calls whose caller coughed into a bot turn.
+    pub coughs: usize,
+    /// Of them, those the server paused with a `clear`.
+    pub cleared: usize,
+    /// Of them, those whose turn resumed and played to its mark.
+    pub resumed: usize,
+    /// Onset → `clear`, over the cleared calls.
+    pub onset_to_clear_ms: Percentiles,
+    /// Bot audio received after the onset, until the clear.
+    pub bot_audio_after_onset_ms: Percentiles,
+    /// The clear → the first bot audio after it.
+    pub gap_ms: Percentiles,
+}
+
+impl CoughSummary {
+    /// `None` when no record ran the scenario.
+    pub fn of(records: &[&CoughRecord]) -> Option<CoughSummary> {
+        if records.is_empty() {
+            return None;
+        }
+        let pool = |f: fn(&CoughRecord) -> Option<u64>| {
+            Percentiles::of(records.iter().filter_map(|r| f(r)).collect())
+        };
+        Some(CoughSummary {
+            coughs: records.len(),
+            cleared: records
+                .iter()
+                .filter(|r| r.onset_to_clear_ms.is_some())
+                .count(),
+            resumed: records.iter().filter(|r| r.resumed).count(),
+            onset_to_clear_ms: pool(|r| r.onset_to_clear_ms),
+            bot_audio_after_onset_ms: pool(|r| Some(r.bot_audio_after_onset_ms)),
+            gap_ms: pool(|r| r.gap_ms),
+        })
+    }
 }
 
 impl Summary {
@@ -170,6 +257,18 @@ impl Summary {
             max_send_lag_ms: calls.iter().map(|c| c.max_send_lag_ms).max().unwrap_or(0),
             media_frames_skipped: calls.iter().map(|c| c.media_frames_skipped).sum(),
             wall_time_ms: millis(wall),
+            barge_in: BargeInSummary::of(
+                &calls
+                    .iter()
+                    .filter_map(|c| c.barge_in.as_ref())
+                    .collect::<Vec<_>>(),
+            ),
+            cough: CoughSummary::of(
+                &calls
+                    .iter()
+                    .filter_map(|c| c.cough.as_ref())
+                    .collect::<Vec<_>>(),
+            ),
         }
     }
 }
@@ -296,6 +395,7 @@ impl LoadReport {
             cell(u.p50),
             cell(u.max)
         )?;
+        self.print_interaction(w)?;
         writeln!(w, "  prompts heard: {}", prompts_line(&s.prompts_heard))?;
         writeln!(
             w,
@@ -303,6 +403,34 @@ impl LoadReport {
             s.max_owed_silence_ms, s.max_send_lag_ms, s.media_frames_skipped
         )?;
         self.list_failures(w)
+    }
+
+    /// The barge-in and cough rows, when those scenarios ran.
+    fn print_interaction(&self, w: &mut impl Write) -> io::Result<()> {
+        if let Some(b) = &self.summary.barge_in {
+            latency_row(w, "barge→clear", &b.onset_to_clear_ms)?;
+            latency_row(w, "bot after onset", &b.bot_audio_after_onset_ms)?;
+            latency_row(w, "after clear", &b.audio_after_clear_ms)?;
+        }
+        if let Some(c) = &self.summary.cough {
+            latency_row(w, "cough→clear", &c.onset_to_clear_ms)?;
+            latency_row(w, "cough gap", &c.gap_ms)?;
+        }
+        if let Some(b) = &self.summary.barge_in {
+            writeln!(
+                w,
+                "  barge-in: {} spoke over the greeting, {} cleared",
+                b.spoken, b.cleared
+            )?;
+        }
+        if let Some(c) = &self.summary.cough {
+            writeln!(
+                w,
+                "  cough: {} coughed into a bot turn, {} paused (clear), {} resumed to the turn's mark",
+                c.coughs, c.cleared, c.resumed
+            )?;
+        }
+        Ok(())
     }
 
     fn detail(&self, row: &str) -> String {

@@ -14,6 +14,7 @@ use state_store::{LocalOptions, Store, StoreConfig};
 
 use super::db::ServerCall;
 use super::procfs;
+use super::receipts::{self, Receipt};
 use super::sampler::Sampler;
 
 /// Postgres connections for the throwaway cluster: the server's pool, the
@@ -134,6 +135,9 @@ pub struct Rig {
     pub clock_ticks: u64,
     /// The generator's nice value (see `priority`), once lowered.
     pub generator_nice: i64,
+    /// The configuration the server was started with, as JSON (what a
+    /// bench's verdict needs to know of it, e.g. barge-in settings).
+    pub server_config: serde_json::Value,
 }
 
 impl Rig {
@@ -155,7 +159,12 @@ impl Rig {
             instance: instance.clone(),
             sim: caps.sim_config(),
         };
-        let procs = Processes::start(database, opts, |cfg| caps.apply(cfg)).await?;
+        let mut server_config = serde_json::Value::Null;
+        let procs = Processes::start(database, opts, |cfg| {
+            caps.apply(cfg);
+            server_config = serde_json::to_value(&*cfg).unwrap_or_default();
+        })
+        .await?;
         let store_cfg = StoreConfig {
             pool_size: BENCH_POOL_SIZE,
             connect_timeout: DB_TIMEOUT,
@@ -173,6 +182,7 @@ impl Rig {
             decided_by: String::new(),
             clock_ticks: procfs::clock_ticks_per_second(),
             generator_nice: 0,
+            server_config,
         };
         rig.read_capacity(caps).await?;
         Ok(rig)
@@ -261,6 +271,18 @@ impl Rig {
             .await
             .context("reading the server's rows")?;
         Ok(rows.into_iter().map(ServerCall::from).collect())
+    }
+
+    /// The receipts (`call_ledger.stats`) of calls admitted within
+    /// `[from, to]`.
+    ///
+    /// # Errors
+    /// The query could not be run.
+    pub async fn receipts(&self, from: SystemTime, to: SystemTime) -> anyhow::Result<Vec<Receipt>> {
+        let conninfo = self.procs.database().conninfo();
+        receipts::read(conninfo, &self.instance, from, to)
+            .await
+            .context("reading the server's receipts")
     }
 
     /// Stops the server (drain + flush), the simulators, then Postgres.

@@ -9,6 +9,8 @@ use callgate_load::{LoadReport, Outcome, Percentiles};
 use serde::Serialize;
 
 use super::db::{ServerCall, Source};
+use super::procfs;
+use super::rig::Ticks;
 use super::sampler::Peaks;
 
 /// The benchmark's target: admitted calls' p99 reply latency under overload
@@ -45,6 +47,26 @@ pub struct Resources {
 }
 
 impl Resources {
+    /// What the processes used between two CPU readings `wall_s` apart.
+    pub fn between(
+        before: Ticks,
+        after: Ticks,
+        clock_ticks: u64,
+        wall_s: f64,
+        peaks: Peaks,
+    ) -> Self {
+        let secs = |a: u64, b: u64| procfs::ticks_to_secs(b.saturating_sub(a), clock_ticks);
+        Resources {
+            wall_s,
+            server_cpu_s: secs(before.server, after.server),
+            sims_cpu_s: secs(before.sims, after.sims),
+            load_cpu_s: secs(before.load, after.load),
+            postgres_cpu_s: secs(before.postgres, after.postgres),
+            machine_cpu_s: secs(before.machine, after.machine),
+            peaks,
+        }
+    }
+
     /// CPU seconds the machine spent on anything but the rig.
     pub fn others_cpu_s(&self) -> f64 {
         let rig = self.server_cpu_s + self.sims_cpu_s + self.load_cpu_s + self.postgres_cpu_s;
@@ -422,16 +444,17 @@ pub fn format_reasons(r: &RunRow) -> String {
     line
 }
 
-/// One part of a run's verdict: what it says, and whether it fails the run.
+/// One part of a run's verdict: what it says, and whether it fails the run
+/// (shared by the benches' verdicts).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Check {
-    text: String,
-    failed: bool,
+pub(crate) struct Check {
+    pub(crate) text: String,
+    pub(crate) failed: bool,
 }
 
 impl Check {
     /// A pass/fail check, marked `(ok)` or `(FAIL)`.
-    fn judged(text: String, failed: bool) -> Check {
+    pub(crate) fn judged(text: String, failed: bool) -> Check {
         let mark = if failed { "(FAIL)" } else { "(ok)" };
         Check {
             text: format!("{text} {mark}"),
@@ -440,7 +463,7 @@ impl Check {
     }
 
     /// Information that never fails the run.
-    fn note(text: String) -> Check {
+    pub(crate) fn note(text: String) -> Check {
         Check {
             text,
             failed: false,

@@ -11,6 +11,7 @@ use crate::ids::{AccountSid, CallSid, StreamSid};
 use crate::partner_wire::PartnerFormat;
 
 mod heard;
+mod interaction;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -59,6 +60,8 @@ impl Harness {
             call_timeout: Duration::from_secs(120),
             voice_seed: 7,
             protocol,
+            barge_in_at: None,
+            cough: None,
         };
         Harness {
             caller: Caller::new(plan),
