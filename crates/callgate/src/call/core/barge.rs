@@ -53,6 +53,10 @@ pub enum BargeInPolicy {
 pub struct BargeInConfig {
     pub policy: BargeInPolicy,
     /// Voiced audio the VAD needs before it calls it speech (and pauses).
+    /// The default, 50 ms, is an odd number of the VAD's 10 ms windows: the
+    /// decision then lands at the end of the same 20 ms carrier frame
+    /// whether speech began at a frame's start or halfway into it (60 ms
+    /// costs a whole extra frame for half of all onsets).
     pub min_speech_ms: u32,
     /// After a pause, how long words from the STT may take to commit it.
     pub confirm_ms: u32,
@@ -66,7 +70,7 @@ impl Default for BargeInConfig {
     fn default() -> Self {
         BargeInConfig {
             policy: BargeInPolicy::Reversible,
-            min_speech_ms: 60,
+            min_speech_ms: 50,
             confirm_ms: 600,
             echo_return_loss_db: 10.0,
             echo_tail_ms: 500,
