@@ -316,7 +316,8 @@ impl CallCore {
                 match &mut self.turn {
                     Turn::Replying(b) if b.ctx == context && live => {
                         b.audio_bytes += bytes.len();
-                        self.timings.first_audio(b.turn, now);
+                        let behind_prompt = self.prompt_frames > 0;
+                        self.timings.first_audio(b.turn, now, behind_prompt);
                         self.pacer.push_audio(&bytes);
                     }
                     _ => {

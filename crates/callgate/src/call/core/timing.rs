@@ -11,7 +11,9 @@
 //!
 //! callgate's own share = (final → dialog request) + (first token → TTS
 //! request) + (first TTS audio → first frame out): the gaps no provider
-//! accounts for. The rest is the STT's (speech end → final), the dialog's
+//! accounts for. When the turn's first audio had to queue behind a bundled
+//! prompt (the watchdog's apology for a late provider), that last gap is
+//! the prompt playing out, reported as `prompt_wait_us`, not as callgate's. The rest is the STT's (speech end → final), the dialog's
 //! (request → first token, tool calls included) and the TTS's (request →
 //! first audio). A field is present only when both its ends were seen.
 //!
@@ -46,6 +48,10 @@ pub struct TurnLatency {
     pub tts_us: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub own_us: Option<u64>,
+    /// First TTS audio → first frame, when that audio queued behind a
+    /// bundled prompt still playing (then not part of `own_us`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_wait_us: Option<u64>,
     /// Speech end (or the final, when the VAD heard no voice) → first frame.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub total_us: Option<u64>,
@@ -61,6 +67,8 @@ struct TurnClock {
     first_token: Option<Instant>,
     tts_request: Option<Instant>,
     first_audio: Option<Instant>,
+    /// The first audio queued behind a bundled prompt.
+    behind_prompt: bool,
     first_frame: Option<Instant>,
 }
 
@@ -98,10 +106,15 @@ fn gap(from: Option<Instant>, to: Option<Instant>) -> Option<Duration> {
 impl TurnClock {
     fn latency(&self) -> TurnLatency {
         let final_at = Some(self.final_at);
+        let out = gap(self.first_audio, self.first_frame);
+        let (out, prompt_wait) = match self.behind_prompt {
+            true => (out.map(|_| Duration::ZERO), out),
+            false => (out, None),
+        };
         let own = [
             gap(final_at, self.dialog_sent),
             gap(self.first_token, self.tts_request),
-            gap(self.first_audio, self.first_frame),
+            out,
         ];
         let own = own.iter().copied().sum::<Option<Duration>>();
         TurnLatency {
@@ -110,6 +123,7 @@ impl TurnClock {
             dialog_us: gap(self.dialog_sent, self.first_token).map(us),
             tts_us: gap(self.tts_request, self.first_audio).map(us),
             own_us: own.map(us),
+            prompt_wait_us: prompt_wait.map(us),
             total_us: gap(self.speech_end.or(final_at), self.first_frame).map(us),
         }
     }
@@ -127,6 +141,7 @@ impl Timings {
             first_token: None,
             tts_request: None,
             first_audio: None,
+            behind_prompt: false,
             first_frame: None,
         });
         self.pending.dialog_sent = true;
@@ -145,9 +160,12 @@ impl Timings {
         }
     }
 
-    pub fn first_audio(&mut self, turn: TurnId, now: Instant) {
+    /// The first TTS audio for `turn`; `behind_prompt` when a bundled
+    /// prompt is still queued ahead of it.
+    pub fn first_audio(&mut self, turn: TurnId, now: Instant, behind_prompt: bool) {
         if let Some(c) = self.clock(turn).filter(|c| c.first_audio.is_none()) {
             c.first_audio = Some(now);
+            c.behind_prompt = behind_prompt;
         }
     }
 
@@ -235,7 +253,7 @@ mod tests {
         t.performed(t0 + ms(301));
         t.first_token(TurnId(1), t0 + ms(500));
         t.performed(t0 + ms(502));
-        t.first_audio(TurnId(1), t0 + ms(700));
+        t.first_audio(TurnId(1), t0 + ms(700), false);
         t.first_frame(TurnId(1), t0 + ms(700));
         t.performed(t0 + ms(703));
         let l = t.turns()[0];
@@ -252,7 +270,7 @@ mod tests {
         let mut t = Timings::default();
         t.begin(TurnId(1), None, t0);
         t.first_token(TurnId(1), t0 + ms(100));
-        t.first_audio(TurnId(2), t0 + ms(150)); // another turn's: ignored
+        t.first_audio(TurnId(2), t0 + ms(150), false); // another turn's: ignored
         t.begin(TurnId(2), None, t0 + ms(200));
         let l = t.turns()[0];
         assert_eq!(
@@ -262,6 +280,23 @@ mod tests {
         assert_eq!(l.dialog_us, Some(100_000));
         let json = serde_json::to_value(l).unwrap_or_default();
         assert!(json.get("own_us").is_none(), "{json}");
+    }
+
+    #[test]
+    fn audio_queued_behind_an_apology_waits_for_it_outside_the_own_share() {
+        let t0 = Instant::now();
+        let mut t = Timings::default();
+        t.begin(TurnId(1), None, t0);
+        t.performed(t0);
+        t.first_token(TurnId(1), t0 + ms(2_500));
+        t.performed(t0 + ms(2_500));
+        t.first_audio(TurnId(1), t0 + ms(2_700), true);
+        t.first_frame(TurnId(1), t0 + ms(5_200));
+        t.performed(t0 + ms(5_200));
+        let l = t.turns()[0];
+        assert_eq!(l.prompt_wait_us, Some(2_500_000));
+        assert_eq!(l.own_us, Some(0));
+        assert_eq!(l.total_us, Some(5_200_000));
     }
 
     #[test]
