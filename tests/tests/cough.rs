@@ -50,6 +50,15 @@ async fn a_cough_into_a_reply_pauses_it_and_the_reply_resumes_to_its_mark() {
     assert_eq!(interaction["false_barge_ins"], 1, "{:#}", ledger.stats);
     assert_eq!(interaction["interruptions"], 0, "{:#}", ledger.stats);
     assert_eq!(h.sims.dialog.interrupts(), 0, "the dialog was told of none");
+    // Operators see it too: one pause, taken back, timed.
+    let metrics = h.metrics_text().await;
+    for (name, want) in [
+        ("callgate_barge_in_pauses_total", 1.0),
+        ("callgate_false_barge_ins_total", 1.0),
+        ("callgate_barge_in_stop_seconds_count", 1.0),
+    ] {
+        assert_eq!(metric(&metrics, name), Some(want), "{name}:\n{metrics}");
+    }
     // The cough took no script line: the caller's turns are the first two.
     let turns = h.transcript(ledger.call_id).await;
     let caller: Vec<&str> = turns
@@ -64,4 +73,10 @@ async fn a_cough_into_a_reply_pauses_it_and_the_reply_resumes_to_its_mark() {
     );
     h.assert_all_closed().await;
     h.stop().await;
+}
+
+/// The value of an unlabelled series in Prometheus text.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
 }
