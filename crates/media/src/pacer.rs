@@ -208,16 +208,29 @@ impl<M: Clone> Pacer<M> {
         self.held
     }
 
+    /// Keeps a copy of a released item; in steady state the copy reuses
+    /// the buffer of the frame that falls out of the history (no allocation
+    /// per frame).
     fn remember(&mut self, item: &Paced<M>) {
+        let mut spare = None;
         if let Paced::Frame(_) = item {
             self.history_frames += 1;
-        }
-        self.history.push_back(item.clone());
-        while self.history_frames > self.history_cap {
-            if let Some(Paced::Frame(_)) = self.history.pop_front() {
-                self.history_frames -= 1;
+            while self.history_frames > self.history_cap {
+                if let Some(Paced::Frame(old)) = self.history.pop_front() {
+                    self.history_frames -= 1;
+                    spare = Some(old);
+                }
             }
         }
+        let copy = match (item, spare) {
+            (Paced::Frame(f), Some(mut buf)) => {
+                buf.clear();
+                buf.extend_from_slice(f);
+                Paced::Frame(buf)
+            }
+            (item, _) => item.clone(),
+        };
+        self.history.push_back(copy);
     }
 
     fn forget_history(&mut self) {

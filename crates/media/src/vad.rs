@@ -237,11 +237,17 @@ impl EnergyVad {
 
 /// RMS level of a window in dB relative to a full-scale square wave.
 pub fn level_dbfs(samples: &[i16]) -> f32 {
-    if samples.is_empty() {
+    let energy: f64 = samples.iter().map(|&s| f64::from(s).powi(2)).sum();
+    level_of_energy(energy, samples.len())
+}
+
+/// The level of `samples` samples whose squares sum to `energy`, as
+/// [`level_dbfs`] computes it.
+pub fn level_of_energy(energy: f64, samples: usize) -> f32 {
+    if samples == 0 {
         return -120.0;
     }
-    let energy: f64 = samples.iter().map(|&s| f64::from(s).powi(2)).sum();
-    let rms = (energy / samples.len() as f64).sqrt();
+    let rms = (energy / samples as f64).sqrt();
     (20.0 * (rms.max(1e-3) / 32_768.0).log10()) as f32
 }
 

@@ -70,6 +70,30 @@ impl LegFormat {
         }
     }
 
+    /// The RMS level of a frame in this format, dBFS, without decoding it
+    /// into a buffer (`media::vad::level_dbfs` of the decoded samples).
+    pub fn level_dbfs(self, bytes: &[u8]) -> f32 {
+        let energy: f64 = match self {
+            LegFormat::Mulaw8k => bytes
+                .iter()
+                .map(|&b| f64::from(media::g711::ulaw_to_linear(b)).powi(2))
+                .sum(),
+            LegFormat::Alaw8k => bytes
+                .iter()
+                .map(|&b| f64::from(media::g711::alaw_to_linear(b)).powi(2))
+                .sum(),
+            LegFormat::L16k16 => bytes
+                .chunks_exact(2)
+                .map(|c| f64::from(i16::from_le_bytes([c[0], c[1]])).powi(2))
+                .sum(),
+        };
+        let samples = match self {
+            LegFormat::L16k16 => bytes.len() / 2,
+            _ => bytes.len(),
+        };
+        media::vad::level_of_energy(energy, samples)
+    }
+
     /// The STT stream format that takes this leg's audio as it is.
     pub const fn stt(self) -> (SttEncoding, u32) {
         match self {
@@ -120,5 +144,32 @@ mod tests {
             let frame = vec![f.silence(); f.frame_bytes()];
             assert!(f.decode(&frame).iter().all(|s| s.abs() <= 8), "{f:?}");
         }
+    }
+
+    #[test]
+    fn a_frames_level_is_its_decoded_samples_level() {
+        let mut synth = media::synth::SpeechSynth::new(8_000, 4);
+        let voice = synth.utterance(20);
+        let wide = media::synth::SpeechSynth::new(16_000, 4).utterance(20);
+        for (format, bytes, samples) in [
+            (LegFormat::Mulaw8k, media::g711::encode_ulaw(&voice), None),
+            (LegFormat::Alaw8k, media::g711::encode_alaw(&voice), None),
+            (
+                LegFormat::L16k16,
+                media::format::samples_to_pcm16le(&wide),
+                Some(&wide),
+            ),
+        ] {
+            let decoded = format.decode(&bytes);
+            if let Some(s) = samples {
+                assert_eq!(&decoded, s);
+            }
+            let want = media::vad::level_dbfs(&decoded);
+            assert!(
+                (format.level_dbfs(&bytes) - want).abs() < 1e-4,
+                "{format:?}"
+            );
+        }
+        assert_eq!(LegFormat::Mulaw8k.level_dbfs(&[]), -120.0);
     }
 }

@@ -141,7 +141,7 @@ impl EchoRef {
         if self.tail.is_zero() {
             return;
         }
-        let level = media::vad::level_dbfs(&format.decode(frame));
+        let level = format.level_dbfs(frame);
         self.expire(now);
         self.sent.push_back((now, level));
     }
