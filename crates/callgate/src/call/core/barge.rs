@@ -119,7 +119,8 @@ impl Pause {
     }
 }
 
-/// Levels of the frames sent within the echo tail.
+/// The loudest frame sent within the echo tail: a sliding-window maximum
+/// (each entry is louder than every later one), O(1) per frame.
 #[derive(Debug)]
 pub(super) struct EchoRef {
     sent: VecDeque<(Instant, f32)>,
@@ -143,13 +144,16 @@ impl EchoRef {
         }
         let level = format.level_dbfs(frame);
         self.expire(now);
+        while self.sent.back().is_some_and(|(_, l)| *l <= level) {
+            self.sent.pop_back();
+        }
         self.sent.push_back((now, level));
     }
 
     /// The level under which inbound audio is taken for echo, if any was sent.
     pub fn reference(&mut self, now: Instant) -> Option<f32> {
         self.expire(now);
-        let loudest = self.sent.iter().map(|(_, l)| *l).reduce(f32::max)?;
+        let (_, loudest) = self.sent.front()?;
         Some(loudest - self.loss_db)
     }
 
@@ -233,5 +237,30 @@ impl CallCore {
             serde_json::json!({ "paused_ms": paused_ms }),
             now,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reference_is_the_loudest_frame_of_the_tail_less_the_return_loss() {
+        let cfg = BargeInConfig::default();
+        let mut echo = EchoRef::new(&cfg);
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let f = LegFormat::L16k16;
+        let frame = |v: i16| media::format::samples_to_pcm16le(&[v; 320]);
+        assert_eq!(echo.reference(t0), None);
+        echo.sent(ms(0), &frame(8_000), f);
+        echo.sent(ms(20), &frame(16_000), f);
+        echo.sent(ms(40), &frame(4_000), f);
+        let loud = f.level_dbfs(&frame(16_000));
+        let quiet = f.level_dbfs(&frame(4_000));
+        assert_eq!(echo.reference(ms(100)), Some(loud - 10.0));
+        // The loud frame leaves the 500 ms tail; the later, quieter one stays.
+        assert_eq!(echo.reference(ms(530)), Some(quiet - 10.0));
+        assert_eq!(echo.reference(ms(600)), None);
     }
 }
