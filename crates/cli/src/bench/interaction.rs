@@ -28,11 +28,12 @@
 //! after its clear, or callgate's own share p99 exceeds 2 ms (or was not
 //! measured).
 //!
-//! What it never does: report a run whose load generator lagged past
-//! `--max-lag-ms` or skipped frames (the row says `NOT REPORTED` and the run
-//! is left out of the medians: lag can only inflate the figures, and a
-//! bench does not print inflated figures as the server's); change the
-//! server's behaviour beyond the ceilings; leave a child running.
+//! What it never does: report the callers' figures of a run whose load
+//! generator lagged past `--max-lag-ms` or skipped frames (the row says
+//! `NOT REPORTED`, shows only what the server's receipts say — its own
+//! share, stamped by the server and independent of the generator — and the
+//! run is left out of the medians and FAILs as not a valid measurement);
+//! change the server's behaviour beyond the ceilings; leave a child running.
 //!
 //! How to drive it (release build; the machine should be otherwise idle):
 //!

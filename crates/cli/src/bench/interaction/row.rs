@@ -190,12 +190,26 @@ pub fn table_header() -> String {
 
 /// One table line: onset → clear and bot audio after onset are `p50/p99`
 /// ms, own share `p50/p99` ms with two decimals, turn total `p50/p99` ms.
-/// A run whose generator lagged shows no figures.
+/// A run whose generator lagged shows none of the callers' figures (lag
+/// inflates them); the server's own stamps in its receipts do not depend
+/// on the generator, so its own share is still shown, marked as such.
 pub fn format_row(r: &InteractionRow) -> String {
     if !r.generator_kept_up {
         return format!(
-            "{:>6} {:>3}  NOT REPORTED: the load generator lagged {} ms and skipped {} frames",
-            r.calls, r.repeat, r.max_send_lag_ms, r.media_frames_skipped
+            "{:>6} {:>3}  NOT REPORTED: the load generator lagged {} ms and skipped {} frames \
+             (server receipts only: own share {} ms over {} turns; {} served, {} silent, \
+             {} otherwise; peak {} active; srv cpu {:.1} s)",
+            r.calls,
+            r.repeat,
+            r.max_send_lag_ms,
+            r.media_frames_skipped,
+            pair_us(&r.own_us, 2),
+            r.own_us.count,
+            r.served,
+            r.silent,
+            r.other,
+            r.resources.peaks.active,
+            r.resources.server_cpu_s,
         );
     }
     let res = &r.resources;
@@ -569,6 +583,10 @@ mod tests {
             "{line}"
         );
         assert!(!line.contains("40/40"), "{line}");
+        assert!(
+            line.contains("server receipts only: own share 0.50/0.50 ms over 1 turns"),
+            "{line}"
+        );
         let v = verdicts(std::slice::from_ref(&r), TARGETS);
         assert_eq!(v.len(), 1);
         assert!(v[0].contains("NOT A VALID MEASUREMENT"), "{}", v[0]);
