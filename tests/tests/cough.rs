@@ -4,7 +4,9 @@
 //! no words (a segment that short is an empty final and consumes no script
 //! line), and the bot resumes where it stopped: the caller hears the reply
 //! go on to its mark, the receipt counts one false barge-in and no
-//! interruption, and the dialog was never told of one.
+//! interruption, and the dialog was never told of one. Over Twilio Media
+//! Streams (whose `clear` echoes the marks it drops) and over the partner
+//! leg at 16 kHz (whose `clear` drops them silently).
 //!
 //! Nothing here is timed beyond what the call itself guarantees: a reply
 //! that did not resume would leave the caller in dead air, which the load
@@ -14,23 +16,48 @@
 use std::time::Duration;
 
 use callgate::call::core::BargeInPolicy;
-use callgate_load::{LoadConfig, Outcome};
+use callgate_load::{LoadConfig, Outcome, PartnerFormat};
 use callgate_sim::SimConfig;
 use callgate_sim::script::DEFAULT_CALLER_SCRIPT;
-use callgate_tests::{Harness, load};
+use callgate_tests::{Harness, add_partner, load, partner_load};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cough_into_a_reply_pauses_it_and_the_reply_resumes_to_its_mark() {
-    let h = Harness::start(SimConfig::default(), |cfg| {
+    let h = start().await;
+    let cfg = load(&h, 1, 2);
+    cough_is_taken_back(&h, cfg).await;
+    h.stop().await;
+}
+
+/// The partner leg's `clear` discards its marks without echoing them
+/// (docs/partner-protocol.md): the resumed turn's mark must be sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cough_over_a_16_khz_partner_leg_is_taken_back_too() {
+    let h = start().await;
+    let cfg = partner_load(&h, PARTNER_KEY, PartnerFormat::L16, 1, 2);
+    cough_is_taken_back(&h, cfg).await;
+    h.stop().await;
+}
+
+const PARTNER_KEY: &str = "acme-key-1";
+
+async fn start() -> Harness {
+    Harness::start(SimConfig::default(), |cfg| {
         cfg.call.barge_in.policy = BargeInPolicy::Reversible;
+        add_partner(cfg, "acme", PARTNER_KEY, None);
     })
-    .await;
+    .await
+}
+
+/// One call of `base` coughs 0.7 s into its first reply; everything the
+/// module documentation promises is checked.
+async fn cough_is_taken_back(h: &Harness, base: LoadConfig) {
     let cfg = LoadConfig {
         cough_at_ms: Some(700),
         cough_ms: 150,
         cough_turn: 1,
         call_timeout: Duration::from_secs(60),
-        ..load(&h, 1, 2)
+        ..base
     };
     let report = callgate_load::run(cfg).await;
     let call = &report.calls[0];
@@ -72,7 +99,6 @@ async fn a_cough_into_a_reply_pauses_it_and_the_reply_resumes_to_its_mark() {
         "{turns:#?}"
     );
     h.assert_all_closed().await;
-    h.stop().await;
 }
 
 /// The value of an unlabelled series in Prometheus text.
