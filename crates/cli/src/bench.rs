@@ -356,12 +356,20 @@ fn write_report(rig: &Rig, args: &IncidentArgs, runs: &[RunResult]) -> anyhow::R
         generator_nice: rig.generator_nice,
         runs,
     };
-    let file = std::fs::File::create(&args.json)
-        .with_context(|| format!("creating {}", args.json.display()))?;
+    write_json(&args.json, &report)
+}
+
+/// Writes `value` as JSON to `path` (a bench's per-call records).
+pub(crate) fn write_json(
+    path: &std::path::Path,
+    value: &impl serde::Serialize,
+) -> anyhow::Result<()> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut w = std::io::BufWriter::new(file);
-    serde_json::to_writer(&mut w, &report)?;
+    serde_json::to_writer(&mut w, value)?;
     w.flush()
-        .with_context(|| format!("writing {}", args.json.display()))
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]

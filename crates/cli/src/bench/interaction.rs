@@ -363,12 +363,7 @@ fn write_report(
         generator_nice: rig.generator_nice,
         runs,
     };
-    let file = std::fs::File::create(&args.json)
-        .with_context(|| format!("creating {}", args.json.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    serde_json::to_writer(&mut w, &report)?;
-    w.flush()
-        .with_context(|| format!("writing {}", args.json.display()))
+    super::write_json(&args.json, &report)
 }
 
 #[cfg(test)]
