@@ -40,6 +40,7 @@ pub mod stats;
 pub mod stt;
 pub mod tools;
 pub mod tts;
+mod ws_io;
 
 use std::net::SocketAddr;
 

@@ -6,21 +6,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use axum::extract::ws::{Message, WebSocket};
+
+use crate::ws_io::{close_message, linger, send, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::protocol::{Outbound, SocketCore, close_code};
 use super::{DownWindow, LiveSocket};
 use crate::stats::{SessionGuard, SessionStats};
-
-/// A send that takes longer than this means the client stopped reading;
-/// the socket is dropped rather than holding the task forever.
-const SEND_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// After our close frame, how long we wait for the client's close reply so
-/// the closing handshake completes cleanly.
-const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
 /// Everything a socket task owns besides the socket and the core.
 pub(super) struct SocketTask {
@@ -121,38 +115,4 @@ async fn drive(
             _ = sleep_until(deadline) => core.handle_timeout(Instant::now()),
         }
     }
-}
-
-async fn sleep_until(deadline: Option<Instant>) {
-    match deadline {
-        Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Sends one message within [`SEND_TIMEOUT`]; false if it failed.
-async fn send(ws: &mut WebSocket, msg: Message) -> bool {
-    matches!(
-        tokio::time::timeout(SEND_TIMEOUT, ws.send(msg)).await,
-        Ok(Ok(()))
-    )
-}
-
-/// Reads until the peer's close (or EOF), at most [`CLOSE_LINGER`].
-async fn linger(ws: &mut WebSocket) {
-    let drain = async {
-        while let Some(Ok(msg)) = ws.recv().await {
-            if matches!(msg, Message::Close(_)) {
-                break;
-            }
-        }
-    };
-    let _ = tokio::time::timeout(CLOSE_LINGER, drain).await;
-}
-
-fn close_message(code: u16, reason: &str) -> Message {
-    Message::Close(Some(CloseFrame {
-        code,
-        reason: reason.into(),
-    }))
 }
