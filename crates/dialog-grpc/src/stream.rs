@@ -6,6 +6,7 @@
 //! completed. Reply text the call already received is not delivered twice.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use tokio::sync::mpsc;
@@ -14,12 +15,36 @@ use tokio_util::sync::CancellationToken;
 use tonic::Streaming;
 use tracing::{info, warn};
 
-use crate::error::DialogError;
+use crate::error::{DialogError, GrpcCode};
 use crate::ids::TurnId;
 use crate::pb;
 use crate::pb::client_message::Kind as Out;
 use crate::pb::server_event::Kind as In;
 use crate::session::{DialogEvent, map_event};
+
+/// How long a request may wait for room on the stream before the stream
+/// is taken for dropped: the service stopped reading (HTTP/2 flow control
+/// holds the request body back), and waiting longer would also stop this
+/// task reading the service's events.
+pub(crate) const SEND_STALL: Duration = Duration::from_secs(5);
+
+/// Hands `msg` to a stream within `stall`. A closed stream fails on its
+/// own (its error decides), so only a stall is an error here.
+async fn forward(
+    tx: &mpsc::Sender<pb::ClientMessage>,
+    msg: pb::ClientMessage,
+    stall: Duration,
+    call_id: &str,
+) -> Result<(), DialogError> {
+    match tokio::time::timeout(stall, tx.send(msg)).await {
+        Ok(_) => Ok(()),
+        Err(_) => Err(DialogError::Stream {
+            call_id: call_id.to_string(),
+            code: GrpcCode::Unavailable,
+            message: format!("the service took no request for {stall:?}"),
+        }),
+    }
+}
 
 /// One open `Converse` stream.
 pub(crate) struct Leg {
@@ -134,8 +159,7 @@ impl StreamTask {
                 msg = self.requests.recv(), if !self.half_closed => match msg {
                     Some(msg) => {
                         self.track(&msg);
-                        // A closed stream fails on its own; its error decides.
-                        let _ = leg.tx.send(msg).await;
+                        forward(&leg.tx, msg, SEND_STALL, &self.call_id).await?;
                     }
                     None => {
                         // The session was dropped: half-close this stream.
@@ -274,7 +298,8 @@ impl StreamTask {
                         transcript: text.clone(),
                     })),
                 };
-                let _ = leg.tx.send(msg).await;
+                // A fresh stream holds only its `SessionStart`: room at once.
+                let _ = leg.tx.try_send(msg);
                 Some(turn)
             }
             _ => None,
@@ -322,6 +347,25 @@ mod tests {
         t.inflight.skip = "Good news".into();
         assert_eq!(t.unheard("Sorry, ".into()), "Sorry, ");
         assert!(t.inflight.skip.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_takes_no_request_is_a_drop_not_a_wait() {
+        let (tx, unread) = mpsc::channel(1);
+        let msg = || pb::ClientMessage {
+            kind: Some(Out::UserTurn(pb::UserTurn {
+                turn_id: 1,
+                transcript: "a table".into(),
+            })),
+        };
+        let stall = Duration::from_millis(50);
+        forward(&tx, msg(), stall, "c1").await.unwrap();
+        let err = forward(&tx, msg(), stall, "c1").await.unwrap_err();
+        assert!(err.is_dropped(), "{err}");
+        assert!(err.to_string().contains("took no request"), "{err}");
+        // A closed stream is not this function's error.
+        drop(unread);
+        forward(&tx, msg(), stall, "c1").await.unwrap();
     }
 
     #[test]
