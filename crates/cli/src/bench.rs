@@ -65,7 +65,7 @@ mod sampler;
 use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use callgate_load::{Arrival, LoadConfig, LoadReport};
@@ -73,7 +73,7 @@ use serde::Serialize;
 
 pub use db::ServerCall;
 pub use rig::{Caps, Rig};
-pub use row::{Resources, RunRow, RunSetup};
+pub use row::{RunRow, RunSetup};
 
 /// `callgate bench <scenario>`.
 #[derive(Debug, Clone, clap::Args)]
@@ -317,21 +317,9 @@ async fn run_all(
 /// One run: wait for an idle server, offer the calls, wait for the server
 /// to finish them, then read its CPU, memory and Postgres rows.
 async fn measure(rig: &mut Rig, args: &IncidentArgs, i: usize) -> anyhow::Result<RunResult> {
-    rig.wait_idle(args.settle_timeout).await?;
     let cfg = args.load_config(&rig.media_url(), i);
-    let from = SystemTime::now();
-    let before = rig.cpu_ticks()?;
-    let started = Instant::now();
-    let sampler = rig.sampler();
-    let load = callgate_load::run(cfg).await;
-    let settled = rig.wait_idle(args.settle_timeout).await;
-    let peaks = sampler.finish().await;
-    settled?;
-    let after = rig.cpu_ticks()?;
-    let to = SystemTime::now();
+    let (load, resources, (from, to)) = rig.offer(cfg, args.settle_timeout).await?;
     let server_calls = rig.server_rows(from, to).await?;
-    let wall_s = started.elapsed().as_secs_f64();
-    let resources = Resources::between(before, after, rig.clock_ticks, wall_s, peaks);
     let setup = RunSetup {
         offered: args.runs[i],
         arrival_s: args.arrival_of(i),

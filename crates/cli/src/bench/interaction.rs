@@ -47,7 +47,7 @@ mod row;
 use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use callgate_load::{Arrival, LoadConfig, LoadReport};
@@ -56,7 +56,6 @@ use serde::Serialize;
 use super::priority;
 use super::receipts::Receipt;
 use super::rig::{Caps, Rig};
-use super::row::Resources;
 use row::{InteractionRow, RunSetup, Targets};
 
 /// `admission.headroom` of the generated configuration.
@@ -320,20 +319,9 @@ async fn measure(
     calls: usize,
     repeat: usize,
 ) -> anyhow::Result<RunResult> {
-    rig.wait_idle(args.settle_timeout).await?;
     let cfg = args.load_config(&rig.media_url(), calls);
-    let from = SystemTime::now();
-    let before = rig.cpu_ticks()?;
-    let started = Instant::now();
-    let sampler = rig.sampler();
-    let load = callgate_load::run(cfg).await;
-    let settled = rig.wait_idle(args.settle_timeout).await;
-    let peaks = sampler.finish().await;
-    settled?;
-    let after = rig.cpu_ticks()?;
-    let receipts = rig.receipts(from, SystemTime::now()).await?;
-    let wall_s = started.elapsed().as_secs_f64();
-    let resources = Resources::between(before, after, rig.clock_ticks, wall_s, peaks);
+    let (load, resources, (from, to)) = rig.offer(cfg, args.settle_timeout).await?;
+    let receipts = rig.receipts(from, to).await?;
     let setup = RunSetup {
         calls,
         repeat,

@@ -15,6 +15,7 @@ use state_store::{LocalOptions, Store, StoreConfig};
 use super::db::ServerCall;
 use super::procfs;
 use super::receipts::{self, Receipt};
+use super::row::Resources;
 use super::sampler::Sampler;
 
 /// Postgres connections for the throwaway cluster: the server's pool, the
@@ -245,6 +246,36 @@ impl Rig {
         pg.and_then(|pg| pg.pid().ok())
             .and_then(|p| procfs::tree_cpu_ticks(p).ok())
             .unwrap_or(0)
+    }
+
+    /// One run: waits for an idle server, offers `cfg`'s calls, waits for
+    /// the server to finish them, and says what the processes used. The
+    /// window is the wall-clock span to read the server's rows in.
+    ///
+    /// # Errors
+    /// A child died, a process is gone, or the server did not settle.
+    pub async fn offer(
+        &mut self,
+        cfg: callgate_load::LoadConfig,
+        settle: Duration,
+    ) -> anyhow::Result<(
+        callgate_load::LoadReport,
+        Resources,
+        (SystemTime, SystemTime),
+    )> {
+        self.wait_idle(settle).await?;
+        let from = SystemTime::now();
+        let before = self.cpu_ticks()?;
+        let started = std::time::Instant::now();
+        let sampler = self.sampler();
+        let load = callgate_load::run(cfg).await;
+        let settled = self.wait_idle(settle).await;
+        let peaks = sampler.finish().await;
+        settled?;
+        let after = self.cpu_ticks()?;
+        let wall_s = started.elapsed().as_secs_f64();
+        let resources = Resources::between(before, after, self.clock_ticks, wall_s, peaks);
+        Ok((load, resources, (from, SystemTime::now())))
     }
 
     /// Starts sampling the server's RSS and gate counts.
