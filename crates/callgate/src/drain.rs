@@ -25,12 +25,23 @@ pub fn calls_in_progress(app: &App) -> u64 {
 /// Drains until no call is left or the deadline (plus the time the last
 /// calls need to say goodbye) has passed. Returns the calls still running.
 pub async fn run(app: Arc<App>, deadline: Instant) -> u64 {
+    begin(&app);
+    finish(app, deadline).await
+}
+
+/// Closes admission now: from its return on, the gate refuses and
+/// readiness fails. Safe to call again.
+pub fn begin(app: &App) {
     app.gate.start_drain(Instant::now());
     metrics::gauge!(crate::metrics::DRAINING).set(1.0);
     info!(
-        in_progress = calls_in_progress(&app),
+        in_progress = calls_in_progress(app),
         "drain started: admission closed"
     );
+}
+
+/// After [`begin`]: lets calls finish until `deadline`, then ends the rest.
+pub async fn finish(app: Arc<App>, deadline: Instant) -> u64 {
     while calls_in_progress(&app) > 0 && Instant::now() < deadline {
         tokio::time::sleep(POLL).await;
     }

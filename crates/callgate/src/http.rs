@@ -214,7 +214,10 @@ async fn start_drain(State(app): State<Arc<App>>) -> Response {
     }
     warn!("drain requested through the admin API");
     let deadline = std::time::Duration::from_secs(app.cfg().server.drain_timeout_s);
-    tokio::spawn(drain::run(Arc::clone(&app), Instant::now() + deadline));
+    // Admission is closed before the answer, so a readiness probe that
+    // follows the 202 already fails; only the waiting runs in the background.
+    drain::begin(&app);
+    tokio::spawn(drain::finish(Arc::clone(&app), Instant::now() + deadline));
     (StatusCode::ACCEPTED, "draining\n").into_response()
 }
 
