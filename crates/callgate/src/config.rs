@@ -15,6 +15,9 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use reconnect::ReconnectPolicy;
 use serde::{Deserialize, Serialize};
 
+mod sip;
+pub use sip::{SipConfig, SipOverflow};
+
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -35,6 +38,8 @@ pub struct Config {
     pub call: CallConfig,
     pub retention: RetentionConfig,
     pub log: LogConfig,
+    /// The SIP/RTP ingress.
+    pub sip: SipConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -533,6 +538,7 @@ impl Config {
                 "twilio.shared_key_secret must be the SharedKey secret exactly: not empty, no surrounding whitespace",
             );
         }
+        self.sip.validate().map_err(ConfigError::Invalid)?;
         if self.tts.keepalive_ms == 0 {
             return bad("tts.keepalive_ms must be positive");
         }

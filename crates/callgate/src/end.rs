@@ -95,6 +95,9 @@ pub enum EndReason {
     Stalled(Culprit),
     /// The carrier stopped sending media: nobody is listening.
     MediaStalled,
+    /// A SIP peer sent no RTP and no RTCP for `sip.rtp_timeout_ms` and no
+    /// BYE either: callgate hangs up (BYE) so nothing leaks.
+    RtpTimeout,
     /// The drain deadline passed with the call still running.
     DrainDeadline,
     /// The call reached `call.max_duration_s`.
@@ -127,6 +130,7 @@ impl EndReason {
             },
             EndReason::Stalled(_) => "stalled",
             EndReason::MediaStalled => "carrier_media_stalled",
+            EndReason::RtpTimeout => "rtp_timeout",
             EndReason::DrainDeadline => "drain_deadline",
             EndReason::MaxDuration => "max_duration",
             EndReason::Shutdown => "shutdown",
@@ -156,6 +160,7 @@ impl EndReason {
                 | EndReason::Shutdown
                 | EndReason::CarrierGone
                 | EndReason::CarrierGoneDuringSetup
+                | EndReason::RtpTimeout
         )
     }
 

@@ -55,6 +55,27 @@ pub const STALLS: &str = "callgate_call_stalls_total";
 pub const RECONNECT_ATTEMPTS: &str = "callgate_provider_reconnect_attempts_total";
 /// Mid-call provider connections restored, by `provider`.
 pub const RECONNECTED: &str = "callgate_provider_reconnected_total";
+/// SIP requests received, by `method` (`other` for unknown ones).
+pub const SIP_REQUESTS: &str = "callgate_sip_requests_total";
+/// SIP responses callgate sent, by `code`.
+pub const SIP_RESPONSES: &str = "callgate_sip_responses_total";
+/// SIP requests callgate sent (BYE, REFER), by `method`.
+pub const SIP_REQUESTS_SENT: &str = "callgate_sip_requests_sent_total";
+/// SIP messages refused or dropped as malformed, by `answered` (`true`: a
+/// `400`/`513` went back; `false`: dropped).
+pub const SIP_MALFORMED: &str = "callgate_sip_malformed_total";
+/// SIP responses matching nothing of ours (dropped).
+pub const SIP_STRAY: &str = "callgate_sip_stray_responses_total";
+/// RTP port pairs leased now.
+pub const RTP_PORTS_IN_USE: &str = "callgate_rtp_ports_in_use";
+/// Calls ended because the peer sent no RTP or RTCP for `sip.rtp_timeout_ms`.
+pub const RTP_TIMEOUTS: &str = "callgate_rtp_timeouts_total";
+/// Inbound RTP packets the jitter buffer dropped, by `why` (`late`,
+/// `duplicate`, `overflow`), and packets of a payload type not negotiated
+/// (`why = "payload_type"`) or unparsable (`why = "malformed"`).
+pub const RTP_DROPPED: &str = "callgate_rtp_packets_dropped_total";
+/// 20 ms frames the jitter buffer concealed with silence (lost or late).
+pub const RTP_CONCEALED: &str = "callgate_rtp_frames_concealed_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 

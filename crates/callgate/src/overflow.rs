@@ -68,7 +68,14 @@ pub async fn run<L: Leg>(app: &App, mut leg: L, call: OverflowCall<'_>) -> Overf
     pacer.push_audio(Prompt::Overflow.audio(format));
     pacer.push_mark(mark.clone());
     let grace = ms(cfg.call.final_mark_grace_ms);
-    let (prompt_heard, peer_left_at) = play(&mut leg, &mut pacer, &mark, grace).await;
+    // A leg that answers refusals at once (SIP `503`/`302`), or whose
+    // media cannot be opened, is finished without the prompt.
+    let plays = leg.prompt_before_refusal() && leg.open_media().await.is_ok();
+    let (prompt_heard, peer_left_at) = if plays {
+        play(&mut leg, &mut pacer, &mark, grace).await
+    } else {
+        (false, None)
+    };
     let how = match peer_left_at {
         Some(_) => Finish::Release,
         None => Finish::Transfer {

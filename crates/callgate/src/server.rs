@@ -24,6 +24,8 @@ pub struct Running {
     background: CancellationToken,
     writers: state_store::WriterTasks,
     refusal_writer: JoinHandle<()>,
+    /// The SIP listener, when `sip.enabled`.
+    pub sip: Option<crate::ingress::sip::SipServer>,
 }
 
 /// Connects to Postgres (migrating it), builds the shared state, binds the
@@ -84,6 +86,11 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
             .await
     });
     tokio::spawn(retention_loop(Arc::clone(&app), background.clone()));
+    let sip = if app.cfg().sip.enabled {
+        Some(crate::ingress::sip::SipServer::start(Arc::clone(&app)).await?)
+    } else {
+        None
+    };
     info!(%addr, instance = %app.instance(), "callgate listening");
     Ok(Running {
         addr,
@@ -93,6 +100,7 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
         background,
         writers,
         refusal_writer,
+        sip,
     })
 }
 
@@ -181,6 +189,9 @@ impl Running {
     /// write-behind queue. Returns the calls that were still running.
     pub async fn shutdown(self, deadline: Duration) -> u64 {
         let left = drain::run(Arc::clone(&self.app), Instant::now() + deadline).await;
+        if let Some(sip) = self.sip {
+            sip.stop().await;
+        }
         self.stop_http.cancel();
         self.background.cancel();
         self.app.calls.close();

@@ -2,12 +2,13 @@
 //!
 //! What it is: G.711 μ-law/A-law codecs, 2× resampling between 8 kHz and
 //! 16 kHz, an energy-based voice activity detector, a real-time outbound pacer
-//! with in-band marks, and a synthetic speech-like signal for callers in tests
-//! and load runs.
+//! with in-band marks, a synthetic speech-like signal for callers in tests
+//! and load runs, and RTP media for a SIP leg ([`rtp`]: packets, RTCP,
+//! receiver statistics, an adaptive jitter buffer, RFC 4733 DTMF).
 //!
 //! What it never does: open a socket, spawn a task, sleep, or read the clock.
-//! Time always comes in as an argument (`Instant` for the pacer, audio sample
-//! counts for the VAD), so every piece can be driven on a virtual clock.
+//! Time always comes in as an argument (`Instant` for the pacer and the RTP
+//! pieces, audio sample counts for the VAD), so every piece can be driven on a virtual clock.
 //!
 //! How to drive it:
 //!
@@ -30,6 +31,7 @@ pub mod format;
 pub mod g711;
 pub mod pacer;
 pub mod resample;
+pub mod rtp;
 pub mod synth;
 pub mod vad;
 

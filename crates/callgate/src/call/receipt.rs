@@ -44,15 +44,24 @@ pub fn delta_json(d: CounterDelta) -> serde_json::Value {
 }
 
 /// The receipt's `media` object.
-pub fn media_json(format: LegFormat, leg: LegStats, stt_dropped: u64) -> serde_json::Value {
-    serde_json::json!({
+pub fn media_json(
+    format: LegFormat,
+    leg: LegStats,
+    stt_dropped: u64,
+    transport: Option<serde_json::Value>,
+) -> serde_json::Value {
+    let mut media = serde_json::json!({
         "format": format.as_str(),
         "frames_in": leg.frames_in,
         "frames_out": leg.frames_out,
         "frames_dropped": leg.frames_dropped,
         "ignored_carrier_events": leg.ignored_events,
         "stt_audio_dropped": stt_dropped,
-    })
+    });
+    if let Some(t) = transport {
+        media["transport"] = t;
+    }
+    media
 }
 
 /// Closes everything (bounded), releases the permit, writes the receipt.
@@ -81,7 +90,8 @@ pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
     tools.cancel_all();
     let bound = crate::config::ms(app.cfg().call.teardown_timeout_ms);
     let format = leg.format();
-    let media = media_json(format, leg.stats(), res.stt.0.dropped_audio_frames());
+    let stt_dropped = res.stt.0.dropped_audio_frames();
+    let media = media_json(format, leg.stats(), stt_dropped, leg.transport_report());
     // Read before the closes: each client's own count of its reconnects.
     let reconnects = serde_json::json!({
         "stt": res.stt.0.reconnects(),

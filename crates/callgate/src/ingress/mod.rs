@@ -9,6 +9,7 @@
 //! failure goes to the overflow path; nothing ends in silence.
 
 pub mod partner;
+pub mod sip;
 pub mod twilio;
 
 use std::sync::Arc;
@@ -40,6 +41,9 @@ pub enum Refusal {
     UnsupportedFormat,
     /// Setup failed before the ledger row existed.
     SetupFailed(setup::Resource),
+    /// Admitted, but the leg's media could not be opened (SIP: no RTP
+    /// port free, or the caller left as the call was answered).
+    MediaUnavailable,
 }
 
 impl Refusal {
@@ -49,6 +53,7 @@ impl Refusal {
             Refusal::CallerAbandoned => "caller_abandoned",
             Refusal::UnsupportedFormat => "unsupported_media_format",
             Refusal::SetupFailed(r) => EndReason::SetupFailed(r).label(),
+            Refusal::MediaUnavailable => "media_unavailable",
         }
     }
 }
@@ -72,6 +77,18 @@ pub async fn run<L: Leg>(app: Arc<App>, mut leg: L, arrival: Arrival) {
             return;
         }
     };
+    if let Err(ev) = leg.open_media().await {
+        warn!(event = ?ev, "call admitted but its media could not be opened");
+        record_refusal(&app, &arrival, Refusal::MediaUnavailable, permit.waited());
+        permit.release(Instant::now());
+        let how = match ev {
+            LegEvent::Violation(v) => Finish::Refuse(v),
+            _ => Finish::Release,
+        };
+        let bound = crate::config::ms(app.cfg().call.teardown_timeout_ms);
+        leg.finish(how, bound).await;
+        return;
+    }
     let call_id = arrival.call_id;
     info!(waited = ?permit.waited(), "call_admitted call_id={call_id} waited={:.3}s", permit.waited().as_secs_f64());
     metrics::counter!(m::ADMITTED, "ingress" => arrival.ingress.as_str()).increment(1);
@@ -104,7 +121,9 @@ async fn wait_admission(app: &App, leg: &mut impl Leg, arrival: &Arrival) -> Adm
         Err(r) => return Admission::Rejected(r),
     };
     let deadline = ticket.deadline();
-    let mut hold = (!ticket.is_granted()).then(|| Hold::start(leg.format()));
+    // A leg without media yet (SIP before its answer) has nothing to play
+    // hold audio on.
+    let mut hold = (!ticket.is_granted() && leg.has_media()).then(|| Hold::start(leg.format()));
     let outcome = loop {
         // Checked before waiting: a caller who left is let go at once.
         if let Some(left) = left_queue(leg) {
@@ -238,6 +257,10 @@ fn left_during_setup(ev: LegEvent) -> Option<End> {
         LegEvent::Violation(v) => {
             Some(End::new(EndReason::ProtocolViolation(v.kind), now).with_detail(v.detail))
         }
+        LegEvent::MediaTimeout(after) => Some(
+            End::new(EndReason::RtpTimeout, now)
+                .with_detail(format!("no RTP or RTCP for {} ms", after.as_millis())),
+        ),
         _ => None,
     }
 }

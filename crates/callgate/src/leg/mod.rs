@@ -20,6 +20,7 @@
 pub mod format;
 pub mod partner;
 pub mod partner_wire;
+pub mod sip;
 pub mod twilio;
 pub mod ws;
 
@@ -37,6 +38,7 @@ pub use format::LegFormat;
 pub enum Ingress {
     Twilio,
     Partner,
+    Sip,
 }
 
 impl Ingress {
@@ -44,6 +46,7 @@ impl Ingress {
         match self {
             Ingress::Twilio => "twilio",
             Ingress::Partner => "partner",
+            Ingress::Sip => "sip",
         }
     }
 }
@@ -79,6 +82,10 @@ pub enum LegEvent {
     Gone(String),
     /// The peer broke the protocol; the leg must be finished.
     Violation(Violation),
+    /// No media and no media reports from the peer for this long (SIP:
+    /// `sip.rtp_timeout_ms` without RTP or RTCP): it vanished without a
+    /// hang-up.
+    MediaTimeout(Duration),
 }
 
 impl LegEvent {
@@ -86,7 +93,10 @@ impl LegEvent {
     pub fn is_terminal(&self) -> bool {
         matches!(
             self,
-            LegEvent::Hangup | LegEvent::Gone(_) | LegEvent::Violation(_)
+            LegEvent::Hangup
+                | LegEvent::Gone(_)
+                | LegEvent::Violation(_)
+                | LegEvent::MediaTimeout(_)
         )
     }
 }
@@ -198,6 +208,39 @@ pub trait Leg: Send + 'static {
 
     /// Counters so far.
     fn stats(&self) -> LegStats;
+
+    /// Gives the leg its media path. Called once admission has said yes
+    /// (setup starts right after), and before a refusal plays the overflow
+    /// prompt. A SIP leg answers here — its RTP port is taken and its
+    /// `200 OK` sent only now, so a refused call never holds a port; legs
+    /// whose media exists from the start return at once. An error is the
+    /// leg's terminal event (the caller left, or no port was free).
+    fn open_media(&mut self) -> impl Future<Output = Result<(), LegEvent>> + Send {
+        std::future::ready(Ok(()))
+    }
+
+    /// Whether a refused caller hears the overflow prompt on this leg
+    /// before it is finished. A SIP leg under `sip.overflow = "reject"` or
+    /// `"redirect"` answers `503`/`302` at once instead: it has no media to
+    /// play a prompt on, and a proxy fails over faster on a quick answer.
+    fn prompt_before_refusal(&self) -> bool {
+        true
+    }
+
+    /// Whether audio played now reaches the caller (a SIP call that is not
+    /// answered yet has no media: queued callers hear their own network's
+    /// ringback after `180 Ringing`, not hold audio).
+    fn has_media(&self) -> bool {
+        true
+    }
+
+    /// What the transport measured, for the receipt's `media.transport`
+    /// (SIP: RTP packets, loss and jitter as our RTCP reports carry them,
+    /// the peer's own reports). `None` for transports that measure nothing
+    /// beyond [`LegStats`].
+    fn transport_report(&self) -> Option<serde_json::Value> {
+        None
+    }
 
     /// Finishes the leg, bounded in time by `bound`.
     fn finish(self, how: Finish, bound: Duration) -> impl Future<Output = Finished> + Send;

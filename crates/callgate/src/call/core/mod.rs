@@ -433,6 +433,14 @@ impl CallCore {
             }
             LegEvent::Played(name) => self.on_played(&name, now),
             LegEvent::Hangup => self.peer_left(End::new(EndReason::CallerHangup, now)),
+            LegEvent::MediaTimeout(after) => {
+                warn!(
+                    after_ms = after.as_millis() as u64,
+                    "no media from the carrier: hanging up"
+                );
+                let detail = format!("no RTP or RTCP for {} ms", after.as_millis());
+                self.finish(End::new(EndReason::RtpTimeout, now).with_detail(detail));
+            }
             LegEvent::Gone(why) => {
                 info!(why = %why, "carrier leg ended without a hang-up");
                 self.peer_left(End::new(EndReason::CarrierGone, now).with_detail(why));
