@@ -581,9 +581,12 @@ pub(crate) fn server_key(req: &Framed, method: &str) -> String {
         .unwrap_or_default();
     let class = if method == "ACK" { "INVITE" } else { method };
     match branch_of(via) {
+        // The Call-ID too: a client that reuses a branch across calls must
+        // not get another call's answer as a "retransmission".
         Some(b) if b.starts_with("z9hG4bK") => {
             let sent_by = via.split(';').next().unwrap_or_default().trim();
-            format!("{b}|{sent_by}|{class}")
+            let call_id = req.header("Call-ID").unwrap_or_default();
+            format!("{b}|{sent_by}|{call_id}|{class}")
         }
         _ => {
             let cseq = req.cseq().map_or(0, |c| c.0);

@@ -48,6 +48,8 @@ pub mod txn;
 pub mod wire;
 
 #[cfg(test)]
+mod endpoint_fuzz_tests;
+#[cfg(test)]
 mod sdp_fuzz_tests;
 #[cfg(test)]
 mod tests;
