@@ -7,7 +7,10 @@
 //! WebSockets and gRPC and to a real Postgres cluster started from the
 //! system's binaries. A test that cannot start Postgres fails loudly.
 
+pub mod kamailio;
 pub mod raw;
+pub mod sip;
+pub mod sipp;
 
 use std::time::{Duration, Instant, SystemTime};
 
