@@ -1,7 +1,8 @@
 //! Smoke fuzz of the audio code that sees carrier and provider bytes: the
 //! stable twins of the cargo-fuzz targets `fuzz/fuzz_targets/media_g711.rs`,
-//! `media_vad.rs` and `media_resample.rs`. Arbitrary bytes and samples, cut
-//! into arbitrary chunks, must keep each component's structural promises.
+//! `media_vad.rs`, `media_resample.rs` and `media_rtp.rs`. Arbitrary bytes
+//! and samples, cut into arbitrary chunks, must keep each component's
+//! structural promises.
 //!
 //! Each target's invariants are in one file below `fuzz_tests/`, shared
 //! with its fuzz target (which includes it by `#[path]`), with the smoke
@@ -13,6 +14,7 @@ mod mutator;
 
 mod g711;
 mod resample;
+mod rtp;
 mod vad;
 
 use mutator::Rng;

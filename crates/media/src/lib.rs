@@ -8,7 +8,8 @@
 //!
 //! What it never does: open a socket, spawn a task, sleep, or read the clock.
 //! Time always comes in as an argument (`Instant` for the pacer and the RTP
-//! pieces, audio sample counts for the VAD), so every piece can be driven on a virtual clock.
+//! pieces, audio sample counts for the VAD), so every piece can be driven
+//! on a virtual clock.
 //!
 //! How to drive it:
 //!

@@ -11,6 +11,9 @@ use crate::txn::Retransmit;
 use crate::wire;
 use crate::{CallKey, Transport, TxnKey};
 
+/// A refusal of a re-INVITE: the status code and extra headers.
+pub type Refusal<'a> = (u16, Vec<(&'a str, String)>);
+
 /// A command that did not apply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum CommandError {
@@ -117,7 +120,7 @@ impl Endpoint {
         &mut self,
         call: CallKey,
         txn: TxnKey,
-        answer: Result<&[u8], (u16, Vec<(&str, String)>)>,
+        answer: Result<&[u8], Refusal<'_>>,
         now: Instant,
     ) -> Result<(), CommandError> {
         let contact = self.contact();

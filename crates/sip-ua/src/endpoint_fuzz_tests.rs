@@ -67,7 +67,9 @@ fn split(data: &[u8]) -> Vec<&[u8]> {
     let mut out = Vec::new();
     let mut rest = data;
     while out.len() < 3 {
-        let Some(i) = rest.windows(2).position(|w| w == b"\0\0") else { break };
+        let Some(i) = rest.windows(2).position(|w| w == b"\0\0") else {
+            break;
+        };
         out.push(&rest[..i]);
         rest = &rest[i + 2..];
     }
@@ -80,9 +82,14 @@ fn drain(ep: &mut Endpoint) -> Vec<Output> {
 }
 
 fn check_frame(msg: &[u8]) {
-    let Ok(f) = wire::frame(msg, 16 * 1024) else { return };
+    let Ok(f) = wire::frame(msg, 16 * 1024) else {
+        return;
+    };
     if let Some(cl) = f.header("Content-Length") {
-        assert_eq!(f.body.len(), cl.trim().parse::<usize>().unwrap_or(usize::MAX));
+        assert_eq!(
+            f.body.len(),
+            cl.trim().parse::<usize>().unwrap_or(usize::MAX)
+        );
     }
     assert!(f.raw.ends_with(&f.body));
     for h in ["From", "To", "Call-ID", "CSeq"] {
@@ -100,7 +107,11 @@ fn check_outputs(msg: &[u8], outs: &[Output], calls: &mut Vec<CallKey>) {
             Output::Event(_) => None,
         })
         .collect();
-    assert!(sends.len() <= 2, "{} datagrams for one message", sends.len());
+    assert!(
+        sends.len() <= 2,
+        "{} datagrams for one message",
+        sends.len()
+    );
     for bytes in &sends {
         let reply = wire::frame(bytes, usize::MAX).expect("our own messages frame");
         let wire::StartLine::Response { .. } = reply.start else {
@@ -114,7 +125,9 @@ fn check_outputs(msg: &[u8], outs: &[Output], calls: &mut Vec<CallKey>) {
     for o in outs {
         match o {
             Output::Event(Event::Invite { call, .. }) => {
-                let f = framed.as_ref().expect("an INVITE event from a framed message");
+                let f = framed
+                    .as_ref()
+                    .expect("an INVITE event from a framed message");
                 assert_eq!(f.method(), Some("INVITE"));
                 assert!(!f.header("To").is_some_and(wire::has_tag));
                 calls.push(*call);
@@ -159,9 +172,23 @@ mod smoke {
             RESPONSE.to_string(),
         ];
         let tokens = [
-            "\r\n", "\r\n\r\n", ";tag=x", ";branch=z9hG4bK1", "Content-Length: 99", "l: 0",
-            "INVITE", "ACK", "BYE", "CANCEL", "Max-Forwards: 0", "Require: 100rel", "\0\0",
-            "Via: SIP/2.0/UDP a;branch=z9hG4bK2", " ", "\t", ":",
+            "\r\n",
+            "\r\n\r\n",
+            ";tag=x",
+            ";branch=z9hG4bK1",
+            "Content-Length: 99",
+            "l: 0",
+            "INVITE",
+            "ACK",
+            "BYE",
+            "CANCEL",
+            "Max-Forwards: 0",
+            "Require: 100rel",
+            "\0\0",
+            "Via: SIP/2.0/UDP a;branch=z9hG4bK2",
+            " ",
+            "\t",
+            ":",
         ];
         let mut m = Mutator::new(0x51f, &corpus, &tokens);
         m.run_bytes(3_000, super::check);
@@ -176,7 +203,9 @@ mod smoke {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
         let mut seen = 0;
         for dir in ["fuzz/seeds/sip_endpoint", "tests/sip/torture"] {
-            let Ok(entries) = std::fs::read_dir(format!("{root}/{dir}")) else { continue };
+            let Ok(entries) = std::fs::read_dir(format!("{root}/{dir}")) else {
+                continue;
+            };
             for e in entries.flatten() {
                 let path = e.path();
                 if path.extension().is_some_and(|x| x == "md") || !path.is_file() {

@@ -318,7 +318,11 @@ fn check_chosen(ours: &MediaDescription, theirs: &MediaDescription, n: &Negotiat
 
 // ---- the stable smoke twin ----------------------------------------------
 
+// The crate's other smoke twins include the mutator too: it is std-only
+// and stateless, so a second copy in the test build costs only its code,
+// and this file stays self-contained.
 #[cfg(test)]
+#[allow(clippy::duplicate_mod)]
 #[path = "../../../fuzz/smoke/mutator.rs"]
 mod mutator;
 

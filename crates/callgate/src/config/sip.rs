@@ -119,9 +119,4 @@ impl SipConfig {
         }
         Ok(())
     }
-
-    /// RTP ports available (one per call: an even RTP port and its RTCP).
-    pub fn rtp_slots(&self) -> u32 {
-        (u32::from(self.rtp_port_max) - u32::from(self.rtp_port_min) + 1) / 2
-    }
 }

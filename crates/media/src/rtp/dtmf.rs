@@ -9,7 +9,7 @@
 //! one or an end packet, and ignores the rest of the event, its
 //! retransmitted end packets and any stale packet of an earlier event.
 //!
-//! Sending, with an [`RtpSender`](super::sender::RtpSender) `rtp` and the
+//! Sending, with an [`RtpSender`] `rtp` and the
 //! negotiated telephone-event payload type (say 101), once per 20 ms tick
 //! in place of the audio frame:
 //!
@@ -58,7 +58,12 @@ impl TelephoneEvent {
     /// The payload bytes (the reserved bit zero, the volume cut to 6 bits).
     pub fn to_bytes(&self) -> [u8; 4] {
         let [hi, lo] = self.duration.to_be_bytes();
-        [self.event, u8::from(self.end) << 7 | (self.volume & 0x3F), hi, lo]
+        [
+            self.event,
+            u8::from(self.end) << 7 | (self.volume & 0x3F),
+            hi,
+            lo,
+        ]
     }
 }
 
@@ -99,6 +104,9 @@ struct Current {
 #[derive(Debug, Clone, Default)]
 pub struct DtmfReceiver {
     current: Option<Current>,
+    /// The timestamp of the last digit reported: never reported again,
+    /// even if timestamps wrapped all the way round to it.
+    reported: Option<u32>,
 }
 
 impl DtmfReceiver {
@@ -130,15 +138,17 @@ impl DtmfReceiver {
             ended: ev.end,
             longest: ev.duration,
         });
-        if continues {
+        if continues || self.reported == Some(rtp_ts) {
             return None;
         }
-        event_digit(ev.event)
+        let digit = event_digit(ev.event)?;
+        self.reported = Some(rtp_ts);
+        Some(digit)
     }
 
     /// Forgets the current event (a new SSRC: timestamps start afresh).
     pub fn reset(&mut self) {
-        self.current = None;
+        *self = Self::default();
     }
 }
 
@@ -258,12 +268,20 @@ mod tests {
 
     #[test]
     fn the_payload_round_trips() {
-        let ev = TelephoneEvent { event: 11, end: true, volume: 10, duration: 800 };
+        let ev = TelephoneEvent {
+            event: 11,
+            end: true,
+            volume: 10,
+            duration: 800,
+        };
         assert_eq!(ev.to_bytes(), [11, 0x8A, 0x03, 0x20]);
         assert_eq!(parse_event(&ev.to_bytes()), Some(ev));
         assert_eq!(parse_event(&[1, 2, 3]), None);
         // The reserved bit is ignored.
-        assert_eq!(parse_event(&[1, 0x40, 0, 0]).map(|e| (e.end, e.volume)), Some((false, 0)));
+        assert_eq!(
+            parse_event(&[1, 0x40, 0, 0]).map(|e| (e.end, e.volume)),
+            Some((false, 0))
+        );
     }
 
     #[test]
@@ -271,14 +289,21 @@ mod tests {
         let mut d = DtmfSender::new(5);
         let packets: Vec<_> = std::iter::from_fn(|| d.next_packet()).collect();
         assert!(d.is_done());
-        let events: Vec<_> = packets.iter().map(|p| parse_event(&p.payload).unwrap()).collect();
+        let events: Vec<_> = packets
+            .iter()
+            .map(|p| parse_event(&p.payload).unwrap())
+            .collect();
         let durations: Vec<u16> = events.iter().map(|e| e.duration).collect();
         assert_eq!(durations, [160, 320, 480, 640, 800, 800, 800]);
         let ends: Vec<bool> = events.iter().map(|e| e.end).collect();
         assert_eq!(ends, [false, false, false, false, true, true, true]);
         let markers: Vec<bool> = packets.iter().map(|p| p.marker).collect();
         assert_eq!(markers, [true, false, false, false, false, false, false]);
-        assert!(events.iter().all(|e| e.event == 5 && e.volume == DEFAULT_VOLUME));
+        assert!(
+            events
+                .iter()
+                .all(|e| e.event == 5 && e.volume == DEFAULT_VOLUME)
+        );
         // Shorter than a frame: only the end packets, the first marked.
         let mut short = DtmfSender::with_timing(1, 100, 160);
         let p: Vec<_> = std::iter::from_fn(|| short.next_packet()).collect();
@@ -287,11 +312,23 @@ mod tests {
     }
 
     fn wire(ts: u32, event: u8, duration: u16, end: bool) -> (u32, [u8; 4]) {
-        (ts, TelephoneEvent { event, end, volume: 10, duration }.to_bytes())
+        (
+            ts,
+            TelephoneEvent {
+                event,
+                end,
+                volume: 10,
+                duration,
+            }
+            .to_bytes(),
+        )
     }
 
     fn receive(rx: &mut DtmfReceiver, packets: &[(u32, [u8; 4])]) -> String {
-        packets.iter().filter_map(|(ts, p)| rx.on_packet(*ts, p)).collect()
+        packets
+            .iter()
+            .filter_map(|(ts, p)| rx.on_packet(*ts, p))
+            .collect()
     }
 
     #[test]
@@ -324,7 +361,7 @@ mod tests {
         let packets = [
             wire(1_000, 7, 160, false),
             wire(2_000, 8, 160, false),
-            wire(1_000, 7, 800, true), // the first event's late end
+            wire(1_000, 7, 800, true),   // the first event's late end
             wire(3_000, 16, 160, false), // flash
         ];
         assert_eq!(receive(&mut rx, &packets), "78");

@@ -58,7 +58,8 @@ pub mod rtcp;
 pub mod sender;
 pub mod stats;
 
-pub use jitter::{JitterBuffer, JitterConfig, JitterStats, Playout, Push};
+pub use dtmf::{DtmfReceiver, DtmfSender, TelephoneEvent};
+pub use jitter::{JitterBuffer, JitterConfig, JitterStats, Phase, Playout, Push};
 pub use packet::{RtpError, RtpHeader, RtpPacket};
 pub use rtcp::{ReportBlock, RtcpError, RtcpPacket, SenderInfo};
 pub use sender::{RtpSender, SenderStats};

@@ -5,7 +5,7 @@
 //! extension, and strips padding after checking its count fits. Every
 //! length comes from the packet, so every length is checked before use: a
 //! malformed packet is an [`RtpError`], never a panic or an out-of-bounds
-//! read. [`write`] produces the only header shape callgate sends: 12 bytes,
+//! read. [`write()`] produces the only header shape callgate sends: 12 bytes,
 //! no padding, no extension, no CSRCs.
 
 use std::fmt;
@@ -13,7 +13,7 @@ use std::fmt;
 /// The only RTP version there is (RFC 3550).
 pub const RTP_VERSION: u8 = 2;
 
-/// Length of the fixed RTP header, the only header [`write`] produces.
+/// Length of the fixed RTP header, the only header [`write()`] produces.
 pub const HEADER_LEN: usize = 12;
 
 /// The fields of an RTP header callgate uses. Padding, extension and CSRCs
@@ -128,9 +128,7 @@ fn header_fields(fixed: &[u8; HEADER_LEN]) -> RtpHeader {
 /// Where the payload starts after the extension at `at` (a 16-bit profile
 /// field and a 16-bit length in 32-bit words, then the words).
 fn skip_extension(buf: &[u8], at: usize) -> Result<usize, RtpError> {
-    let head = buf
-        .get(at..at + 4)
-        .ok_or(RtpError::ExtensionOverrun)?;
+    let head = buf.get(at..at + 4).ok_or(RtpError::ExtensionOverrun)?;
     let words = usize::from(u16::from_be_bytes([head[2], head[3]]));
     let end = at + 4 + 4 * words;
     if end > buf.len() {
@@ -266,7 +264,10 @@ mod tests {
             RtpError::TooShort { len: 3 }.to_string(),
             "RTP datagram of 3 bytes is shorter than a header"
         );
-        assert_eq!(RtpError::BadVersion(0).to_string(), "RTP version 0, expected 2");
+        assert_eq!(
+            RtpError::BadVersion(0).to_string(),
+            "RTP version 0, expected 2"
+        );
     }
 
     #[test]

@@ -123,7 +123,14 @@ impl RtpSender {
         self.send(payload_type, event_ts, marker, payload, out);
     }
 
-    fn send(&mut self, payload_type: u8, timestamp: u32, marker: bool, payload: &[u8], out: &mut Vec<u8>) {
+    fn send(
+        &mut self,
+        payload_type: u8,
+        timestamp: u32,
+        marker: bool,
+        payload: &[u8],
+        out: &mut Vec<u8>,
+    ) {
         let header = RtpHeader {
             marker,
             payload_type,
@@ -185,7 +192,10 @@ mod tests {
         let mut s = RtpSender::new(0xABCD, 0, 65_534, u32::MAX - 159);
         let frame = [0xFFu8; 160];
         let h = one(&mut s, |s, o| s.audio(&frame, false, o));
-        assert_eq!((h.marker, h.sequence, h.timestamp, h.ssrc), (true, 65_534, u32::MAX - 159, 0xABCD));
+        assert_eq!(
+            (h.marker, h.sequence, h.timestamp, h.ssrc),
+            (true, 65_534, u32::MAX - 159, 0xABCD)
+        );
         let h = one(&mut s, |s, o| s.audio(&frame, false, o));
         assert_eq!((h.marker, h.sequence, h.timestamp), (false, 65_535, 0));
         // A gap of 5 frames, then a new talkspurt.
@@ -193,7 +203,10 @@ mod tests {
         let h = one(&mut s, |s, o| s.audio(&frame, true, o));
         assert_eq!((h.marker, h.sequence, h.timestamp), (true, 0, 960));
         let st = s.stats();
-        assert_eq!((st.packets, st.octets, st.last_timestamp), (3, 480, Some(960)));
+        assert_eq!(
+            (st.packets, st.octets, st.last_timestamp),
+            (3, 480, Some(960))
+        );
         assert_eq!((s.next_sequence(), s.next_timestamp()), (1, 1_120));
     }
 
@@ -217,13 +230,21 @@ mod tests {
         one(&mut s, |s, o| s.audio(&[0xFF; 160], false, o));
         let start = s.next_timestamp();
         for k in 0..3u16 {
-            let h = one(&mut s, |s, o| s.event(101, start, k == 0, &[5, 0, 0, 160], o));
-            assert_eq!((h.payload_type, h.sequence, h.timestamp), (101, 11 + k, 160));
+            let h = one(&mut s, |s, o| {
+                s.event(101, start, k == 0, &[5, 0, 0, 160], o)
+            });
+            assert_eq!(
+                (h.payload_type, h.sequence, h.timestamp),
+                (101, 11 + k, 160)
+            );
             assert_eq!(h.marker, k == 0);
             s.skip(160);
         }
         let h = one(&mut s, |s, o| s.audio(&[0xFF; 160], false, o));
-        assert_eq!((h.payload_type, h.sequence, h.timestamp, h.marker), (0, 14, 640, false));
+        assert_eq!(
+            (h.payload_type, h.sequence, h.timestamp, h.marker),
+            (0, 14, 640, false)
+        );
         let info = s.stats().sender_info(42, s.next_timestamp());
         assert_eq!((info.packets, info.octets, info.rtp_ts), (5, 332, 800));
     }

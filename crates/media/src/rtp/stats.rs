@@ -398,12 +398,18 @@ mod tests {
         let mut s = ReceiverStats::new(8_000);
         feed(&mut s, t0, &[100, 101, 103, 102, 105]);
         let b = s.report_block(1, None, t0);
-        assert_eq!((b.fraction_lost, b.cumulative_lost, b.highest_seq), (42, 1, 105));
+        assert_eq!(
+            (b.fraction_lost, b.cumulative_lost, b.highest_seq),
+            (42, 1, 105)
+        );
         // Next interval: 106 and 107 both arrive; nothing new lost.
         s.on_packet(106, 960, t0 + ms(120));
         s.on_packet(107, 1_120, t0 + ms(140));
         let b = s.report_block(1, None, t0);
-        assert_eq!((b.fraction_lost, b.cumulative_lost, b.highest_seq), (0, 1, 107));
+        assert_eq!(
+            (b.fraction_lost, b.cumulative_lost, b.highest_seq),
+            (0, 1, 107)
+        );
         let sum = s.summary();
         assert_eq!((sum.received, sum.expected, sum.lost), (7, 8, 1));
     }
@@ -433,7 +439,10 @@ mod tests {
         let b = s.report_block(1, None, t0);
         assert_eq!((b.cumulative_lost, b.fraction_lost), (-2, 0));
         let sum = s.summary();
-        assert_eq!((sum.received, sum.expected, sum.duplicates, sum.lost), (5, 3, 2, 0));
+        assert_eq!(
+            (sum.received, sum.expected, sum.duplicates, sum.lost),
+            (5, 3, 2, 0)
+        );
         // One packet lost among the duplicates: cumulative -1, summary 1.
         s.on_packet(14, 0, t0);
         assert_eq!(s.report_block(1, None, t0).cumulative_lost, -1);
@@ -513,6 +522,9 @@ mod tests {
         let b = s.report_block(1, None, t0);
         assert_eq!((b.highest_seq, b.cumulative_lost), (9_002, 0));
         let sum = s.summary();
-        assert_eq!((sum.received, sum.expected, sum.ignored, sum.restarts), (4, 4, 2, 1));
+        assert_eq!(
+            (sum.received, sum.expected, sum.ignored, sum.restarts),
+            (4, 4, 2, 1)
+        );
     }
 }

@@ -185,14 +185,13 @@ fn choose(
         .filter(|(_, m)| m.kind.eq_ignore_ascii_case("audio") && m.port != 0)
         .collect();
     let (_, first) = audio.first().ok_or(NegotiationError::NoAudio)?;
-    let plain: Vec<&(usize, &MediaDescription)> = audio
-        .iter()
+    let plain: Vec<(usize, &MediaDescription)> = (audio.iter().copied())
         .filter(|(_, m)| is_plain_rtp(&m.proto))
         .collect();
-    let Some(&&(first_plain, first_plain_media)) = plain.first() else {
+    let Some(&(first_plain, first_plain_media)) = plain.first() else {
         return Err(NegotiationError::UnsupportedProfile(first.proto.clone()));
     };
-    for &&(i, m) in &plain {
+    for &(i, m) in &plain {
         if let Some((codec, pt)) = pick_codec(m, prefer, current) {
             return Ok((i, codec, pt));
         }

@@ -56,6 +56,14 @@ impl SipServer {
         let local_ip = cfg.advertise_ip.unwrap_or(addr.ip());
         let ports = RtpPorts::new(addr.ip(), cfg.rtp_port_min, cfg.rtp_port_max);
         warn_if_open(&cfg, addr);
+        let capacity = app.gate.snapshot().capacity;
+        if (ports.total() as u64) < u64::from(capacity) {
+            warn!(
+                pairs = ports.total(),
+                capacity,
+                "sip.rtp_port_min..rtp_port_max holds fewer port pairs than admission's capacity: calls past it get 503"
+            );
+        }
         let mut ep_cfg = sip_ua::Config::new(SocketAddr::new(local_ip, addr.port()));
         ep_cfg.max_message_bytes = cfg.max_message_bytes;
         let seed = std::process::id() as u64 ^ crate::leg::sip::media::seed();

@@ -27,24 +27,29 @@
 //!   target depth (or `max_depth_frames` ticks have passed with something
 //!   buffered). A packet from just before the playout point moves it back
 //!   (reordering at the very start loses nothing) if the ring has room.
-//! - **Playing**: one frame per tick. A frame with no audio at its turn is
-//!   [`Playout::Concealed`] (the caller substitutes one frame of silence)
-//!   and a packet for it arriving later is [`Push::Late`]; a frame with
-//!   some of its samples is played with silence in the gaps.
-//! - **Rebuffering**: the head frame is incomplete and nothing follows it
-//!   (an underrun: the network is late). `tick` returns `Concealed`
-//!   *without* moving the playout point, until the target depth is back.
-//!   This is how the buffer's delay grows with the network's.
+//! - **Playing**: one frame per tick. A frame still incomplete at its turn
+//!   while the buffer holds less than the target depth is waited for
+//!   (rebuffering, below). Once the target depth is buffered it is given
+//!   up: with no audio it is [`Playout::Concealed`] (the caller substitutes
+//!   one frame of silence) and a packet for it arriving later is
+//!   [`Push::Late`]; with some of its samples it is played with silence in
+//!   the gaps.
+//! - **Rebuffering**: `tick` returns `Concealed` *without* moving the
+//!   playout point, until the target depth is buffered. This is how the
+//!   buffer's delay grows towards the target: only when a frame is
+//!   missing, never by inserting silence into audio that is there. An
+//!   underrun (nothing buffered) is the same case.
 //!
 //! # Target depth (bounded)
 //!
 //! `T = clamp(⌈(2J + P + F − gcd(P, F)) / F⌉, min_depth, max_depth)` frames,
 //! where `J` is the RFC 3550 A.8 interarrival jitter of the packets pushed
-//! (samples), `F` the frame and `P` the last packet's size. With one-frame
-//! packets that is `⌈2J / F⌉ + 1`; larger or unaligned packets need the
-//! extra so a frame is never played before the packet completing it is
-//! due. `J` decays with a 16-packet time constant, so `T` shrinks back
-//! when the jitter does.
+//! (whole samples), `F` the frame and `P` the last packet's size. With
+//! one-frame packets that is `⌈2J / F⌉ + 1`; larger or unaligned packets
+//! need the extra so a frame is never played before the packet completing
+//! it is due. `J` decays with a 16-packet time constant, so `T` shrinks
+//! back when the jitter does. The delay is thus bounded by
+//! `max_depth_frames` (plus the frame playing).
 //!
 //! # Shrinking the delay
 //!
@@ -65,21 +70,22 @@
 //!
 //! # Resynchronisation and idling
 //!
-//! A packet more than [`TOO_FAR_FRAMES`] frames of timestamp or
-//! [`TOO_FAR_PACKETS`] sequence numbers from where the stream is (either
-//! way) is a new stream — the peer restarted it. The buffer discards what
-//! it holds, anchors on that packet and prebuffers ([`Push::TooFar`],
-//! counted in `resyncs`); an SSRC change is the caller's to report with
-//! [`JitterBuffer::reset`]. With nothing buffered and no packet queued for
+//! A packet [`TOO_FAR_FRAMES`] frames of timestamp or [`TOO_FAR_PACKETS`]
+//! sequence numbers or more from where the stream is (either way) is a
+//! new stream — the peer restarted it. The buffer discards what it holds,
+//! anchors on that packet and prebuffers ([`Push::TooFar`], counted in
+//! `resyncs`; `tick` returns `None` until the new stream reaches the
+//! target depth, one tick for a one-frame target); an SSRC change is the
+//! caller's to report with [`JitterBuffer::reset`]. With nothing buffered and no packet queued for
 //! `idle_after_frames` ticks (the peer is on hold, or silent) the buffer
 //! goes idle rather than conceal forever, and prebuffers again on the next
 //! packet.
 //!
 //! # Statistics
 //!
-//! [`JitterStats`] always satisfies `received = queued + late + duplicates
-//! + resyncs`, and `played + concealed` is the number of ticks that
-//! returned `Some`.
+//! [`JitterStats`] always satisfies
+//! `received = queued + late + duplicates + resyncs`, and
+//! `played + concealed` is the number of ticks that returned `Some`.
 
 mod ring;
 #[cfg(test)]
@@ -449,7 +455,9 @@ impl JitterBuffer {
         if !self.ring.retreat(frames) {
             return false;
         }
-        self.cursor = self.cursor.wrapping_sub((frames * u64::from(self.frame())) as u32);
+        self.cursor = self
+            .cursor
+            .wrapping_sub((frames * u64::from(self.frame())) as u32);
         true
     }
 

@@ -66,6 +66,10 @@ pub(super) struct Ring {
     frame: usize,
     silence: u8,
     slots: VecDeque<Slot>,
+    /// Samples from the playout point to the end of the newest audio,
+    /// kept up to date by every change (the buffer asks several times per
+    /// tick).
+    end: usize,
 }
 
 impl Ring {
@@ -76,6 +80,7 @@ impl Ring {
             frame,
             silence,
             slots: (0..frames).map(|_| Slot::new(frame, silence)).collect(),
+            end: 0,
         }
     }
 
@@ -86,11 +91,17 @@ impl Ring {
 
     /// Samples from the playout point to the end of the newest audio.
     pub(super) fn span(&self) -> u32 {
+        debug_assert_eq!(self.end, self.scan_span(), "span bookkeeping");
+        self.end as u32
+    }
+
+    /// [`Ring::span`] the slow way.
+    fn scan_span(&self) -> usize {
         let Some(i) = self.slots.iter().rposition(|s| s.filled > 0) else {
             return 0;
         };
         let last = self.slots[i].have.iter().rposition(|h| *h).unwrap_or(0);
-        (i * self.frame + last + 1) as u32
+        i * self.frame + last + 1
     }
 
     /// Whether the frame to play next holds no audio.
@@ -100,7 +111,9 @@ impl Ring {
 
     /// Whether every sample of the frame to play next arrived.
     pub(super) fn head_is_complete(&self) -> bool {
-        self.slots.front().is_some_and(|s| s.filled as usize == self.frame)
+        self.slots
+            .front()
+            .is_some_and(|s| s.filled as usize == self.frame)
     }
 
     /// Writes the samples of `payload` that land inside the ring when its
@@ -114,6 +127,10 @@ impl Ring {
             let slot = &mut self.slots[at / self.frame];
             slot.put(at % self.frame, payload[i as usize], arrival);
         }
+        if to > from {
+            // Every sample in from..to is there now, written or kept.
+            self.end = self.end.max((offset + to) as usize);
+        }
     }
 
     /// Takes the frame to play (if it holds any audio, with when it
@@ -126,6 +143,7 @@ impl Ring {
         });
         head.clear(self.silence);
         self.slots.push_back(head);
+        self.end = self.end.saturating_sub(self.frame);
         out
     }
 
@@ -144,6 +162,7 @@ impl Ring {
             self.slots.push_back(slot);
         }
         passed.empty = n - passed.with_audio;
+        self.end = self.end.saturating_sub(rotate as usize * self.frame);
         passed
     }
 
@@ -159,6 +178,9 @@ impl Ring {
                 self.slots.push_front(slot); // empty: it was past the span
             }
         }
+        if self.end > 0 {
+            self.end += n as usize * self.frame;
+        }
         true
     }
 
@@ -166,6 +188,7 @@ impl Ring {
     pub(super) fn clear(&mut self) {
         let silence = self.silence;
         self.slots.iter_mut().for_each(|s| s.clear(silence));
+        self.end = 0;
     }
 }
 

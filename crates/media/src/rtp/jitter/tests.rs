@@ -46,12 +46,9 @@ fn play(
     for m in ticks {
         let now = 20 * m + 10;
         while let Some(p) = pending.next_if(|p| p.at <= now) {
-            let v = jb.push(p.seq, p.ts, &p.payload, t0 + ms(p.at));
-            if std::env::var("JBDEBUG").is_ok() { eprintln!("  push {} at {} -> {:?} cursor {}", p.seq, p.at, v, jb.cursor / 160); }
+            jb.push(p.seq, p.ts, &p.payload, t0 + ms(p.at));
         }
-        let o = jb.tick(t0 + ms(now));
-        if std::env::var("JBDEBUG").is_ok() { eprintln!("tick {} -> {:?} phase {:?} target {} cursor {}", now, o.as_ref().map(|p| match p { Playout::Frame(f) => f[0] as char, _ => '~' }), jb.phase(), jb.target_depth_frames(), jb.cursor/160); }
-        out.push(o);
+        out.push(jb.tick(t0 + ms(now)));
     }
     out
 }
@@ -90,7 +87,10 @@ fn an_on_time_stream_plays_frame_by_frame_with_one_frame_of_delay() {
     let out = run(&mut jb, Instant::now(), &stream(0..26, 5), 0..26);
     assert_eq!(out, "abcdefghijklmnopqrstuvwxyz");
     let s = jb.stats();
-    assert_eq!((s.played, s.concealed, s.queued, s.received), (26, 0, 26, 26));
+    assert_eq!(
+        (s.played, s.concealed, s.queued, s.received),
+        (26, 0, 26, 26)
+    );
     assert_eq!((s.target_depth_frames, s.max_depth_frames), (1, 1));
     assert_eq!((s.last_delay, s.max_delay), (ms(5), ms(5)));
 }
@@ -145,7 +145,11 @@ fn duplicates_are_dropped_and_counted() {
     assert_eq!(jb.push(p.seq, p.ts, &p.payload, t0), Push::Queued);
     assert_eq!(jb.push(p.seq, p.ts, &[b'z'; 160], t0), Push::Duplicate);
     assert_eq!(jb.tick(t0), Some(Playout::Frame(p.payload.clone())));
-    assert_eq!(jb.push(p.seq, p.ts, &p.payload, t0), Push::Duplicate, "not late");
+    assert_eq!(
+        jb.push(p.seq, p.ts, &p.payload, t0),
+        Push::Duplicate,
+        "not late"
+    );
     let s = jb.stats();
     assert_eq!((s.received, s.queued, s.duplicates, s.late), (3, 1, 2, 0));
 }
@@ -162,7 +166,11 @@ fn sequence_and_timestamp_wrap_around() {
     (pkts[3].at, pkts[4].at) = (pkts[4].at, pkts[3].at); // …on the wire
     let out = run(&mut jb, Instant::now(), &pkts, 0..9);
     assert_eq!(out, "abc~efgh~");
-    assert_eq!(jb.stats().late, 1, "frame 3 (seq 65535) came after its turn");
+    assert_eq!(
+        jb.stats().late,
+        1,
+        "frame 3 (seq 65535) came after its turn"
+    );
     // Reordered within the buffer's depth, nothing is lost.
     let mut jb = JitterBuffer::new(JitterConfig {
         min_depth_frames: 3,
@@ -187,9 +195,9 @@ fn the_target_depth_grows_with_jitter_and_shrinks_back() {
         .collect();
     let out = run(&mut jb, t0, &jittery, 0..300);
     assert_eq!(jb.stats().target_depth_frames, 4);
-    eprintln!("{out}\n{:?}", jb.stats());
     assert!(jb.stats().max_depth_frames >= 4);
-    assert!(!out[150..].contains('~'), "adapted: {out}");
+    assert!(!out[20..].contains('~'), "adapted within 20 ticks: {out}");
+    assert!(jb.stats().late < 10, "{:?}", jb.stats());
     let calm = stream(299..1_000, 5);
     let out = run(&mut jb, t0, &calm, 300..1_000);
     let s = jb.stats();
@@ -198,7 +206,6 @@ fn the_target_depth_grows_with_jitter_and_shrinks_back() {
     assert!(s.dropped_frames > 0, "trimmed: {s:?}");
     assert!(!out.contains('~'), "{out}");
     assert!(s.last_delay <= ms(25), "{s:?}");
-    eprintln!("{out}\n{s:?}");
 }
 
 #[test]
@@ -209,7 +216,10 @@ fn a_burst_beyond_the_max_depth_drops_the_oldest() {
         jb.push(p.seq, p.ts, &p.payload, t0);
     }
     let s = jb.stats();
-    assert_eq!((s.depth_frames, s.max_depth_frames, s.dropped_frames), (10, 10, 5));
+    assert_eq!(
+        (s.depth_frames, s.max_depth_frames, s.dropped_frames),
+        (10, 10, 5)
+    );
     assert_eq!(jb.tick(t0), Some(Playout::Frame(vec![b'f'; 160])));
 }
 
@@ -258,7 +268,10 @@ fn reset_forgets_the_stream() {
     assert_eq!(run(&mut jb, t0, &stream(0..3, 5), 0..3), "abc");
     jb.reset();
     assert_eq!(jb.tick(t0 + ms(70)), None);
-    assert_eq!(jb.push(9_999, 123_456, &[b'q'; 160], t0 + ms(75)), Push::Queued);
+    assert_eq!(
+        jb.push(9_999, 123_456, &[b'q'; 160], t0 + ms(75)),
+        Push::Queued
+    );
     assert_eq!(jb.tick(t0 + ms(90)), Some(Playout::Frame(vec![b'q'; 160])));
 }
 
@@ -331,7 +344,14 @@ fn a_nonsense_config_is_clamped_to_something_that_works() {
         idle_after_frames: 0,
     });
     let cfg = jb.config();
-    assert_eq!((cfg.frame_samples, cfg.min_depth_frames, cfg.max_depth_frames), (1, 1, 1));
+    assert_eq!(
+        (
+            cfg.frame_samples,
+            cfg.min_depth_frames,
+            cfg.max_depth_frames
+        ),
+        (1, 1, 1)
+    );
     // A packet longer than the whole buffer keeps its newest samples.
     assert_eq!(jb.push(0, 0, &[7, 8], t0), Push::Queued);
     assert_eq!(jb.stats().depth_frames, 1);
