@@ -64,7 +64,11 @@ pub async fn closed_calls(h: &Harness, n: usize) -> Vec<Ledger> {
         if ids.len() >= n {
             break ids;
         }
-        assert!(Instant::now() < deadline, "{} of {n} SIP calls in the ledger", ids.len());
+        assert!(
+            Instant::now() < deadline,
+            "{} of {n} SIP calls in the ledger",
+            ids.len()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let mut out = Vec::new();
@@ -74,17 +78,21 @@ pub async fn closed_calls(h: &Harness, n: usize) -> Vec<Ledger> {
     out
 }
 
-/// Admission refusals recorded for SIP calls, by reason.
-pub async fn refusals(h: &Harness) -> Vec<String> {
-    h.db.query(
-        "SELECT reason FROM admission_rejections WHERE ingress = 'sip' ORDER BY reason",
-        &[],
-    )
-    .await
-    .expect("query admission_rejections")
-    .iter()
-    .map(|r| r.get(0))
-    .collect()
+/// Admission refusals recorded for SIP calls, by reason, once there are
+/// at least `n` (refusals are written in batches: waits, bounded).
+pub async fn refusals(h: &Harness, n: usize) -> Vec<String> {
+    let probe = async || {
+        h.db.query(
+            "SELECT reason FROM admission_rejections WHERE ingress = 'sip' ORDER BY reason",
+            &[],
+        )
+        .await
+        .expect("query admission_rejections")
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect::<Vec<_>>()
+    };
+    crate::eventually(Duration::from_secs(15), "SIP refusal rows", probe, |r| r.len() >= n).await
 }
 
 /// Waits (bounded) until no RTP port is leased and no call is active.

@@ -36,20 +36,48 @@ async fn whole_call(scenario: &str, pt: u8, format: &str, stt_format: &str) {
     let rtp = out.rtp.as_ref().expect("captured");
     let back: Vec<_> = rtp.received().collect();
     assert!(back.len() > 500, "{} RTP packets came back", back.len());
-    assert_eq!(rtp.received_by_payload_type().keys().copied().collect::<Vec<_>>(), vec![pt]);
+    assert_eq!(
+        rtp.received_by_payload_type()
+            .keys()
+            .copied()
+            .collect::<Vec<_>>(),
+        vec![pt]
+    );
     assert_eq!(rtp.received_by_ssrc().len(), 1, "one SSRC");
-    assert!(back[0].marker, "the first packet of the stream carries the marker bit");
+    assert!(
+        back[0].marker,
+        "the first packet of the stream carries the marker bit"
+    );
     for w in back.windows(2) {
-        assert_eq!(w[1].seq, w[0].seq.wrapping_add(1), "sequence numbers in order");
-        assert_eq!(w[1].timestamp, w[0].timestamp.wrapping_add(160), "20 ms per packet");
+        assert_eq!(
+            w[1].seq,
+            w[0].seq.wrapping_add(1),
+            "sequence numbers in order"
+        );
+        assert_eq!(
+            w[1].timestamp,
+            w[0].timestamp.wrapping_add(160),
+            "20 ms per packet"
+        );
         assert_eq!(w[1].payload.len(), 160);
     }
-    let voiced = back.iter().filter(|p| p.payload.iter().any(|b| *b != back[0].payload[0])).count();
-    assert!(voiced > 50, "the bot's voice, not only silence: {voiced} voiced packets");
+    let voiced = back
+        .iter()
+        .filter(|p| p.payload.iter().any(|b| *b != back[0].payload[0]))
+        .count();
+    assert!(
+        voiced > 50,
+        "the bot's voice, not only silence: {voiced} voiced packets"
+    );
 
     let calls = sip::closed_calls(&h, 1).await;
     let l = &calls[0];
-    assert_eq!(l.end_reason.as_deref(), Some("caller_hangup"), "{:#}", l.stats);
+    assert_eq!(
+        l.end_reason.as_deref(),
+        Some("caller_hangup"),
+        "{:#}",
+        l.stats
+    );
     assert_eq!(l.cleanup_status, "completed", "{:#}", l.stats);
     let media = &l.stats["media"];
     assert_eq!(media["format"], format);
@@ -58,7 +86,10 @@ async fn whole_call(scenario: &str, pt: u8, format: &str, stt_format: &str) {
     assert!(t["packets_in"].as_u64().unwrap() > 500, "{t:#}");
     assert!(t["packets_out"].as_u64().unwrap() > 500, "{t:#}");
     assert_eq!(t["wrong_payload_type"], 0, "{t:#}");
-    assert!(t["rtcp_sent"].as_u64().unwrap() >= 2, "an RTCP report every 5 s: {t:#}");
+    assert!(
+        t["rtcp_sent"].as_u64().unwrap() >= 2,
+        "an RTCP report every 5 s: {t:#}"
+    );
     // Loss and jitter as our RTCP receiver reports carry them: measured, so
     // present, and sane on loopback.
     assert!(t["lost"].as_u64().unwrap() <= 2, "{t:#}");
@@ -66,11 +97,22 @@ async fn whole_call(scenario: &str, pt: u8, format: &str, stt_format: &str) {
     assert!((0.0..40.0).contains(&jitter), "{t:#}");
 
     let transcript = h.transcript(l.call_id).await;
-    let caller: Vec<_> = transcript.iter().filter(|(s, _, _)| s == "caller").collect();
+    let caller: Vec<_> = transcript
+        .iter()
+        .filter(|(s, _, _)| s == "caller")
+        .collect();
     let bot: Vec<_> = transcript.iter().filter(|(s, _, _)| s == "bot").collect();
-    assert_eq!(caller.len(), 2, "both utterances transcribed: {transcript:#?}");
+    assert_eq!(
+        caller.len(),
+        2,
+        "both utterances transcribed: {transcript:#?}"
+    );
     assert!(bot.len() >= 3, "greeting and two replies: {transcript:#?}");
     let stt = h.sims.stt.stats();
-    assert_eq!(stt.formats.get(stt_format), Some(&1), "STT opened in the leg's codec: {stt:#?}");
+    assert_eq!(
+        stt.formats.get(stt_format),
+        Some(&1),
+        "STT opened in the leg's codec: {stt:#?}"
+    );
     sip::assert_all_free(&h).await;
 }

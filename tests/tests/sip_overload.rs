@@ -51,7 +51,7 @@ async fn assert_served(h: &callgate_tests::Harness) {
         assert_eq!(l.end_reason.as_deref(), Some("caller_hangup"), "{:#}", l.stats);
         assert_eq!(l.cleanup_status, "completed", "{:#}", l.stats);
     }
-    let refusals = sip::refusals(h).await;
+    let refusals = sip::refusals(h, (OFFERED - CAPACITY) as usize).await;
     assert_eq!(refusals.len(), (OFFERED - CAPACITY) as usize, "{refusals:?}");
     assert!(refusals.iter().all(|r| r == "queue_full"), "{refusals:?}");
     sip::assert_all_free(h).await;

@@ -236,10 +236,7 @@ impl MediaTask {
                 (seed >> 32) as u16,
                 (seed >> 16) as u32,
             ),
-            jitter: jitter::JitterBuffer::new(jitter::JitterConfig {
-                max_depth_frames: settings.jitter_max_frames,
-                ..jitter::JitterConfig::default()
-            }),
+            jitter: jitter_buffer(&settings, params.codec),
             stats: ReceiverStats::new(8_000),
             dtmf: dtmf::DtmfReceiver::default(),
             ssrc,
@@ -295,7 +292,8 @@ impl MediaTask {
     fn update(&mut self, p: Params) {
         if p.payload_type != self.params.payload_type {
             self.sender.set_payload_type(p.payload_type);
-            self.jitter.reset();
+            // Gaps are filled with the new codec's silence.
+            self.jitter = jitter_buffer(&self.settings, p.codec);
         }
         self.counts.codec = p.codec.name();
         self.params = p;
@@ -496,6 +494,16 @@ impl MediaTask {
             *r = self.counts.clone();
         }
     }
+}
+
+/// A jitter buffer whose gaps are the wire codec's silence (0xFF is
+/// silence in μ-law but a loud sample in A-law).
+fn jitter_buffer(settings: &Settings, codec: Codec) -> jitter::JitterBuffer {
+    let cfg = jitter::JitterConfig {
+        max_depth_frames: settings.jitter_max_frames,
+        ..jitter::JitterConfig::default()
+    };
+    jitter::JitterBuffer::with_silence(cfg, wire_silence(codec))
 }
 
 fn call_silence(format: LegFormat) -> u8 {

@@ -1,0 +1,1383 @@
+//! Kamailio in front of SIP user agent servers, for tests.
+//!
+//! [`Kamailio::start`] runs the production configuration
+//! (`deploy/kamailio/kamailio.cfg`) unchanged, in the foreground, from a
+//! scratch directory that holds its dispatcher list, pid file, ctl socket
+//! and log; only defines (`-A`) differ from a deployment. [`SippUas`] stands
+//! in for a callgate instance (answering or refusing with 503) and
+//! [`place_calls`] for a carrier placing calls through the proxy (sipp, with
+//! the scenarios in `tests/kamailio/`).
+//!
+//! What it never does:
+//! * touch system paths: no `/etc`, `/run` or `/var` (sipp's remote-control
+//!   UDP port, which it binds on every interface, is the one thing bound
+//!   beyond the addresses given);
+//! * leave a process behind: each one leads its own process group, and the
+//!   whole group is stopped (TERM, then KILL) when its handle drops;
+//! * wait without a bound: start-up, RPCs, sipp runs and state changes all
+//!   have limits, and failing ones report the tail of the process's log.
+//!
+//! Everything here blocks the calling thread (start-up up to 10 s,
+//! [`place_calls`] up to its plan's limit). From async code, run it inside
+//! `tokio::task::spawn_blocking`, or callgate instances served by the same
+//! current-thread runtime stall while sipp waits for them.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use callgate_tests::kamailio::{CallPlan, DsState, KamOpts, Kamailio, SippUas, UasScenario, free_udp_addrs};
+//!
+//! # fn main() -> Result<(), callgate_tests::kamailio::HarnessError> {
+//! let [proxy, a, b] = free_udp_addrs::<3>()?;
+//! let _a = SippUas::start(a, UasScenario::Answer)?;
+//! let b_uas = SippUas::start(b, UasScenario::Answer)?;
+//! let kam = Kamailio::start(proxy, &[a, b], &KamOpts::default())?;
+//! let _b_uas = b_uas.restart(UasScenario::Refuse)?; // b starts draining
+//! kam.wait_for_state(b, DsState::Inactive, Duration::from_secs(5))?;
+//! let report = callgate_tests::kamailio::place_calls(proxy, &CallPlan::default())?;
+//! assert_eq!(report.failed, 0);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::HashSet;
+use std::fmt;
+use std::fs::{self, File};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The production configuration, run as it is.
+const CONFIG: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../deploy/kamailio/kamailio.cfg"
+);
+/// The sipp scenarios of these tests.
+const SCENARIOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/kamailio");
+/// Longest wait for Kamailio to answer OPTIONS after it is started.
+const KAMAILIO_START_LIMIT: Duration = Duration::from_secs(10);
+/// Longest wait for a sipp user agent server to bind its port.
+const SIPP_START_LIMIT: Duration = Duration::from_secs(5);
+/// Time a process group gets to exit after TERM before it is KILLed.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+/// Longest a `kamcmd` call may take.
+const RPC_LIMIT: Duration = Duration::from_secs(3);
+/// How long one keepalive OPTIONS waits for its reply.
+const KEEPALIVE_WAIT: Duration = Duration::from_millis(250);
+/// How often process states and destination states are polled.
+const POLL: Duration = Duration::from_millis(50);
+/// Lines of a log shown in an error.
+const LOG_TAIL_LINES: usize = 30;
+/// Kamailio's shared and private memory, in MB: ample for a test proxy and
+/// small enough for several to run side by side.
+const SHM_MB: &str = "32";
+const PKG_MB: &str = "4";
+
+/// Why a harness step failed. Every variant names what was attempted and
+/// carries the evidence (a log tail, the last value seen).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum HarnessError {
+    /// A file or socket operation failed.
+    Io { what: String, source: io::Error },
+    /// A process exited while it should have been running.
+    Exited {
+        program: &'static str,
+        status: ExitStatus,
+        log_tail: String,
+    },
+    /// Something did not happen within its limit.
+    Timeout {
+        what: String,
+        limit: Duration,
+        detail: String,
+    },
+    /// `kamcmd` or sipp produced output the harness cannot read.
+    Output { command: String, output: String },
+}
+
+impl fmt::Display for HarnessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io { what, source } => write!(f, "{what}: {source}"),
+            Self::Exited {
+                program,
+                status,
+                log_tail,
+            } => write!(f, "{program} exited ({status}); its log ends:\n{log_tail}"),
+            Self::Timeout {
+                what,
+                limit,
+                detail,
+            } => write!(f, "no {what} within {limit:?}; {detail}"),
+            Self::Output { command, output } => {
+                write!(f, "unexpected output from {command}:\n{output}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for HarnessError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, HarnessError>;
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> HarnessError {
+    let what = what.into();
+    move |source| HarnessError::Io { what, source }
+}
+
+// ---------------------------------------------------------------------------
+// Kamailio
+
+/// How Kamailio picks an instance for a new call (`DS_ALG` in the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Algorithm {
+    /// 10: the instance with the fewest calls in progress (the default).
+    #[default]
+    CallLoad,
+    /// 4: the next instance in turn (`-A WITH_ROUND_ROBIN`).
+    RoundRobin,
+}
+
+/// The knobs a test turns; each is a define of `kamailio.cfg`.
+#[derive(Debug, Clone)]
+pub struct KamOpts {
+    /// Seconds between OPTIONS probes of every destination
+    /// (`DS_PING_INTERVAL`, at least 1).
+    pub ping_interval_s: u32,
+    /// Failed probes before an active destination goes inactive
+    /// (`DS_PROBING_THRESHOLD`).
+    pub probing_threshold: u32,
+    /// Good probes before an inactive destination is used again
+    /// (`DS_INACTIVE_THRESHOLD`).
+    pub inactive_threshold: u32,
+    /// Milliseconds without any reply before a branch times out and the
+    /// call fails over (`FR_TIMER`).
+    pub fr_timer_ms: u32,
+    /// SIP worker processes (`CHILDREN`).
+    pub children: u32,
+    /// How new calls pick an instance.
+    pub algorithm: Algorithm,
+}
+
+impl Default for KamOpts {
+    fn default() -> Self {
+        KamOpts {
+            ping_interval_s: 1,
+            probing_threshold: 1,
+            inactive_threshold: 1,
+            fr_timer_ms: 1_000,
+            children: 2,
+            algorithm: Algorithm::CallLoad,
+        }
+    }
+}
+
+/// A destination's state as the dispatcher reports it (first letter of
+/// `FLAGS` in `dispatcher.list`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DsState {
+    /// Gets new calls.
+    Active,
+    /// Failed (a probe or a call); still gets calls until the probing
+    /// threshold is reached.
+    Trying,
+    /// Gets no new calls until a probe succeeds.
+    Inactive,
+    /// Switched off by an operator; not probed.
+    Disabled,
+}
+
+impl DsState {
+    /// The letter `dispatcher.set_state` and `FLAGS` use.
+    fn letter(self) -> char {
+        match self {
+            Self::Active => 'a',
+            Self::Trying => 't',
+            Self::Inactive => 'i',
+            Self::Disabled => 'd',
+        }
+    }
+
+    fn from_flags(flags: &str) -> Option<DsState> {
+        match flags.chars().next()?.to_ascii_lowercase() {
+            'a' => Some(Self::Active),
+            't' => Some(Self::Trying),
+            'i' => Some(Self::Inactive),
+            'd' => Some(Self::Disabled),
+            _ => None,
+        }
+    }
+}
+
+/// One entry of dispatcher set 1, as `kamcmd dispatcher.list` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Destination {
+    pub uri: String,
+    pub state: DsState,
+    /// Whether OPTIONS probes are being sent to it (the `P` of `FLAGS`).
+    pub probing: bool,
+    /// Calls in progress through the proxy (call-load algorithm only).
+    pub load: u32,
+}
+
+impl Destination {
+    /// Whether this entry is `sip:<addr>`.
+    pub fn is(&self, addr: SocketAddr) -> bool {
+        self.uri == sip_uri(addr)
+    }
+}
+
+/// A running Kamailio. Dropping it stops the whole process tree and removes
+/// the scratch directory (kept, with its path printed, if the thread is
+/// panicking).
+pub struct Kamailio {
+    // Dropped first: the processes stop before their directory goes.
+    process: Group,
+    listen: SocketAddr,
+    ctl: String,
+    scratch: Scratch,
+}
+
+impl Kamailio {
+    /// Writes the dispatcher list (set 1 = `destinations`, in this order: on
+    /// equal load the earlier one is chosen) and starts Kamailio listening
+    /// on UDP `listen`, then waits until it answers an OPTIONS.
+    ///
+    /// # Errors
+    /// The scratch directory cannot be written, Kamailio cannot be started,
+    /// exits (a bad config, a port in use) or does not answer within 10 s;
+    /// the error carries the tail of its log.
+    pub fn start(
+        listen: SocketAddr,
+        destinations: &[SocketAddr],
+        opts: &KamOpts,
+    ) -> Result<Kamailio> {
+        let scratch = Scratch::new("kamailio")?;
+        let list = scratch.path.join("dispatcher.list");
+        fs::write(&list, dispatcher_list(destinations))
+            .map_err(io_err(format!("writing {}", list.display())))?;
+        let ctl = format!("unix:{}", scratch.path.join("kamailio_ctl").display());
+        let mut cmd = Command::new(system_binary("kamailio"));
+        cmd.args(kamailio_args(&scratch.path, listen, &list, &ctl, opts));
+        let process = Group::spawn("kamailio", &mut cmd, &scratch.path.join("kamailio.log"))?;
+        let mut kam = Kamailio {
+            process,
+            listen,
+            ctl,
+            scratch,
+        };
+        kam.wait_ready()?;
+        Ok(kam)
+    }
+
+    fn wait_ready(&mut self) -> Result<()> {
+        let deadline = Instant::now() + KAMAILIO_START_LIMIT;
+        loop {
+            self.process.ensure_running()?;
+            let last = match self.keepalive() {
+                Ok(_) => return Ok(()),
+                Err(e) => e.to_string(),
+            };
+            if Instant::now() >= deadline {
+                return Err(HarnessError::Timeout {
+                    what: format!("answer from kamailio at {}", self.listen),
+                    limit: KAMAILIO_START_LIMIT,
+                    detail: format!("last: {last}; its log ends:\n{}", self.process.log_tail()),
+                });
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// The proxy's SIP address (where carriers send INVITEs).
+    pub fn listen(&self) -> SocketAddr {
+        self.listen
+    }
+
+    /// Kamailio's log so far (stderr: dispatch and failover decisions,
+    /// state changes).
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.process.log).unwrap_or_default()
+    }
+
+    /// The instances calls were dispatched to, in order, failovers included
+    /// (one `callgate-dispatch` log line each).
+    pub fn dispatched(&self) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter_map(|l| l.split("callgate-dispatch ").nth(1))
+            .filter_map(|rest| rest.split_whitespace().next())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// Sends one OPTIONS to the proxy itself and returns the reply's status:
+    /// 200 while some instance is active, 503 when none is.
+    ///
+    /// # Errors
+    /// No reply within 250 ms, or an unreadable one.
+    pub fn keepalive(&self) -> Result<u16> {
+        options_status(self.listen, KEEPALIVE_WAIT)
+    }
+
+    /// Every destination of set 1 with its state, probing flag and load.
+    ///
+    /// # Errors
+    /// `kamcmd` failed, took over 3 s or printed something unreadable.
+    pub fn destinations(&self) -> Result<Vec<Destination>> {
+        let out = self.rpc(&["dispatcher.list"])?;
+        parse_dispatcher_list(&out).ok_or_else(|| HarnessError::Output {
+            command: "kamcmd dispatcher.list".into(),
+            output: out,
+        })
+    }
+
+    /// The destination `sip:<addr>`.
+    ///
+    /// # Errors
+    /// As [`Kamailio::destinations`], or no such destination.
+    pub fn destination(&self, addr: SocketAddr) -> Result<Destination> {
+        let all = self.destinations()?;
+        all.iter()
+            .find(|d| d.is(addr))
+            .cloned()
+            .ok_or_else(|| HarnessError::Output {
+                command: format!("kamcmd dispatcher.list (looking for {})", sip_uri(addr)),
+                output: format!("{all:#?}"),
+            })
+    }
+
+    /// Polls until `addr` is in `want` and returns how long that took.
+    ///
+    /// # Errors
+    /// Not in that state within `limit` (the error shows the last state
+    /// seen and the log tail), or `kamcmd` failed.
+    pub fn wait_for_state(
+        &self,
+        addr: SocketAddr,
+        want: DsState,
+        limit: Duration,
+    ) -> Result<Duration> {
+        let started = Instant::now();
+        loop {
+            let seen = self.destination(addr)?;
+            if seen.state == want {
+                return Ok(started.elapsed());
+            }
+            if started.elapsed() >= limit {
+                return Err(HarnessError::Timeout {
+                    what: format!("{want:?} state for {}", sip_uri(addr)),
+                    limit,
+                    detail: format!("last seen {seen:?}; log ends:\n{}", self.process.log_tail()),
+                });
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Sets a destination's state as an operator would
+    /// (`dispatcher.set_state`); with `probing` the probes keep deciding.
+    ///
+    /// # Errors
+    /// `kamcmd` failed or Kamailio refused.
+    pub fn set_state(&self, addr: SocketAddr, state: DsState, probing: Probing) -> Result<()> {
+        let mut flag = state.letter().to_string();
+        if probing == Probing::On {
+            flag.push('p');
+        }
+        self.rpc(&["dispatcher.set_state", &flag, "1", &sip_uri(addr)])
+            .map(drop)
+    }
+
+    /// Runs `kamcmd -s <ctl socket> args…` with a 3 s bound.
+    fn rpc(&self, args: &[&str]) -> Result<String> {
+        let out_path = self
+            .scratch
+            .path
+            .join(format!("kamcmd-{}.out", uuid::Uuid::new_v4().simple()));
+        let out = File::create(&out_path).map_err(io_err("creating kamcmd's output file"))?;
+        let err = out.try_clone().map_err(io_err("cloning a file handle"))?;
+        let mut cmd = Command::new(system_binary("kamcmd"));
+        cmd.arg("-s")
+            .arg(&self.ctl)
+            .args(args)
+            .stdout(out)
+            .stderr(err);
+        let command = format!("kamcmd {}", args.join(" "));
+        let status = run_bounded(&mut cmd, &command, RPC_LIMIT)?;
+        let text = fs::read_to_string(&out_path).unwrap_or_default();
+        let _ = fs::remove_file(&out_path);
+        if !status.success() || text.contains("error:") {
+            return Err(HarnessError::Output {
+                command: format!("{command} ({status})"),
+                output: text,
+            });
+        }
+        Ok(text)
+    }
+}
+
+/// Whether probes keep deciding a destination's state after an operator set it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probing {
+    On,
+    Off,
+}
+
+/// The dispatcher list: set 1, one line per destination, priorities
+/// descending so the in-memory order is the given order (Kamailio sorts by
+/// priority, highest first, and reverses lines of equal priority).
+fn dispatcher_list(destinations: &[SocketAddr]) -> String {
+    let n = destinations.len();
+    destinations
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| format!("1 {} 0 {} duid=callgate-{i}\n", sip_uri(*addr), n - i))
+        .collect()
+}
+
+fn kamailio_args(
+    dir: &Path,
+    listen: SocketAddr,
+    list: &Path,
+    ctl: &str,
+    opts: &KamOpts,
+) -> Vec<String> {
+    let dir_s = dir.display().to_string();
+    // -DD: stay in the foreground as the parent of the workers (-D alone
+    // would run a single in-process worker and ignore CHILDREN).
+    let mut args: Vec<String> = ["-DD", "-E", "-f", CONFIG, "-m", SHM_MB, "-M", PKG_MB]
+        .map(String::from)
+        .into();
+    args.extend(["-w".into(), dir_s.clone(), "-Y".into(), dir_s]);
+    args.extend(["-P".into(), dir.join("kamailio.pid").display().to_string()]);
+    let defines = [
+        format!("LISTEN=udp:{listen}"),
+        format!("DS_LIST=\"{}\"", list.display()),
+        format!("CTL_SOCKET=\"{ctl}\""),
+        format!("CHILDREN={}", opts.children),
+        format!("DS_PING_INTERVAL={}", opts.ping_interval_s.max(1)),
+        format!("DS_PROBING_THRESHOLD={}", opts.probing_threshold),
+        format!("DS_INACTIVE_THRESHOLD={}", opts.inactive_threshold),
+        format!("FR_TIMER={}", opts.fr_timer_ms),
+    ];
+    for d in defines {
+        args.extend(["-A".into(), d]);
+    }
+    if opts.algorithm == Algorithm::RoundRobin {
+        args.extend(["-A".into(), "WITH_ROUND_ROBIN".into()]);
+    }
+    args
+}
+
+/// Reads `kamcmd dispatcher.list`: a `URI:` line opens each destination,
+/// `FLAGS:` (e.g. `AP`, `IP`, `AX`) and `DLGLOAD:` follow it.
+fn parse_dispatcher_list(text: &str) -> Option<Vec<Destination>> {
+    let mut out: Vec<Destination> = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if let Some(uri) = line.strip_prefix("URI: ") {
+            out.push(Destination {
+                uri: uri.to_string(),
+                state: DsState::Active,
+                probing: false,
+                load: 0,
+            });
+        } else if let Some(flags) = line.strip_prefix("FLAGS: ") {
+            let last = out.last_mut()?;
+            last.state = DsState::from_flags(flags)?;
+            last.probing = flags.get(1..2) == Some("P");
+        } else if let Some(load) = line.strip_prefix("DLGLOAD: ") {
+            out.last_mut()?.load = load.parse().ok()?;
+        }
+    }
+    Some(out)
+}
+
+/// Sends an OPTIONS to `to` from a fresh loopback socket and returns the
+/// status of the reply.
+fn options_status(to: SocketAddr, wait: Duration) -> Result<u16> {
+    let local: SocketAddr = (to.ip(), 0).into();
+    let sock = UdpSocket::bind(local).map_err(io_err("binding a socket for OPTIONS"))?;
+    sock.set_read_timeout(Some(wait))
+        .map_err(io_err("setting a read timeout"))?;
+    let me = sock
+        .local_addr()
+        .map_err(io_err("reading a local address"))?;
+    let id = uuid::Uuid::new_v4().simple();
+    let request = format!(
+        "OPTIONS {uri} SIP/2.0\r\nVia: SIP/2.0/UDP {me};branch=z9hG4bK{id};rport\r\n\
+         Max-Forwards: 70\r\nFrom: <sip:harness@{me}>;tag={id}\r\nTo: <{uri}>\r\n\
+         Call-ID: {id}@harness\r\nCSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n",
+        uri = sip_uri(to)
+    );
+    sock.send_to(request.as_bytes(), to)
+        .map_err(io_err(format!("sending OPTIONS to {to}")))?;
+    let mut buf = [0u8; 4096];
+    let n = sock.recv(&mut buf).map_err(io_err(format!(
+        "waiting {wait:?} for an OPTIONS reply from {to}"
+    )))?;
+    let reply = String::from_utf8_lossy(&buf[..n]);
+    reply
+        .strip_prefix("SIP/2.0 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| HarnessError::Output {
+            command: format!("OPTIONS to {to}"),
+            output: reply.into_owned(),
+        })
+}
+
+// ---------------------------------------------------------------------------
+// sipp
+
+/// What a [`SippUas`] does with what it receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UasScenario {
+    /// `uas_200.xml`: OPTIONS 200; INVITE 180/200, then ACK, BYE → 200.
+    Answer,
+    /// `uas_503.xml`: OPTIONS and INVITE 503 with Retry-After (draining or full).
+    Refuse,
+}
+
+impl UasScenario {
+    fn file(self) -> String {
+        let name = match self {
+            Self::Answer => "uas_200.xml",
+            Self::Refuse => "uas_503.xml",
+        };
+        format!("{SCENARIOS}/{name}")
+    }
+}
+
+/// A sipp user agent server standing in for one callgate instance, bound to
+/// one UDP address; stopped when dropped.
+pub struct SippUas {
+    // Dropped first: the process stops before its directory goes.
+    process: Group,
+    addr: SocketAddr,
+    messages: PathBuf,
+    _scratch: Scratch,
+}
+
+impl SippUas {
+    /// Starts sipp with `scenario` on `addr` and waits until it holds the port.
+    ///
+    /// # Errors
+    /// sipp cannot be started, exits, or has not bound `addr` within 5 s.
+    pub fn start(addr: SocketAddr, scenario: UasScenario) -> Result<SippUas> {
+        let scratch = Scratch::new("sipp-uas")?;
+        let messages = scratch.path.join("messages.log");
+        let mut cmd = Command::new("sipp");
+        cmd.arg("-sf").arg(scenario.file());
+        cmd.args(sipp_socket_args(addr)?);
+        cmd.arg("-trace_msg").arg("-message_file").arg(&messages);
+        cmd.arg("-trace_err").arg("-error_file");
+        cmd.arg(scratch.path.join("errors.log"));
+        let process = Group::spawn("sipp uas", &mut cmd, &scratch.path.join("sipp.log"))?;
+        let mut uas = SippUas {
+            process,
+            addr,
+            messages,
+            _scratch: scratch,
+        };
+        uas.wait_bound()?;
+        Ok(uas)
+    }
+
+    /// Stops this sipp and starts another with `scenario` on the same
+    /// address (an instance that starts draining, or comes back). The
+    /// counters start again from zero.
+    ///
+    /// # Errors
+    /// As [`SippUas::start`].
+    pub fn restart(self, scenario: UasScenario) -> Result<SippUas> {
+        let addr = self.addr;
+        drop(self);
+        SippUas::start(addr, scenario)
+    }
+
+    fn wait_bound(&mut self) -> Result<()> {
+        let deadline = Instant::now() + SIPP_START_LIMIT;
+        loop {
+            self.process.ensure_running()?;
+            // Our bind fails once sipp holds the port.
+            if UdpSocket::bind(self.addr).is_err() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(HarnessError::Timeout {
+                    what: format!("sipp bound to {}", self.addr),
+                    limit: SIPP_START_LIMIT,
+                    detail: format!("its log ends:\n{}", self.process.log_tail()),
+                });
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Distinct calls (Call-IDs) whose INVITE reached this instance.
+    pub fn invites(&self) -> usize {
+        self.received("INVITE")
+    }
+
+    /// Distinct OPTIONS probes that reached this instance.
+    pub fn probes(&self) -> usize {
+        self.received("OPTIONS")
+    }
+
+    /// Distinct Call-IDs of the received requests of `method`, from sipp's
+    /// message trace (written as each message is handled).
+    fn received(&self, method: &str) -> usize {
+        let text = fs::read_to_string(&self.messages).unwrap_or_default();
+        received_call_ids(&text, method).len()
+    }
+}
+
+/// Call-IDs of the `method` requests in a sipp `-trace_msg` log, whose
+/// entries are a dashed separator line, `UDP message received [n] bytes :`
+/// (or `… sent …`), a blank line and the message.
+fn received_call_ids(log: &str, method: &str) -> HashSet<String> {
+    let start = format!("{method} ");
+    log.split("-----------------------------------------------")
+        .filter(|entry| entry.contains("message received"))
+        .filter_map(|entry| {
+            let mut lines = entry
+                .lines()
+                .skip_while(|l| !l.contains("message received"));
+            let request = lines.by_ref().skip(1).find(|l| !l.trim().is_empty())?;
+            if !request.starts_with(&start) {
+                return None;
+            }
+            lines.find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                let name = name.trim();
+                (name.eq_ignore_ascii_case("call-id") || name == "i")
+                    .then(|| value.trim().to_string())
+            })
+        })
+        .collect()
+}
+
+/// How many calls [`place_calls`] places, how fast, and for how long.
+#[derive(Debug, Clone)]
+pub struct CallPlan {
+    pub calls: u32,
+    /// New calls per second.
+    pub rate_per_s: u32,
+    /// Time from the caller's ACK to its BYE.
+    pub hold: Duration,
+    /// Bound on the whole run; calls still up then count as failed.
+    pub limit: Duration,
+}
+
+impl Default for CallPlan {
+    fn default() -> Self {
+        CallPlan {
+            calls: 10,
+            rate_per_s: 20,
+            hold: Duration::from_millis(500),
+            limit: Duration::from_secs(15),
+        }
+    }
+}
+
+/// How the calls of a [`place_calls`] run ended, from sipp's statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallReport {
+    /// Calls answered 200 and hung up with a BYE answered 200.
+    pub successful: u64,
+    /// Calls refused (e.g. a 503 from the proxy), timed out or broken.
+    pub failed: u64,
+    /// Mean time from INVITE to its 200 over the successful calls
+    /// (millisecond resolution): failovers show up here.
+    pub answer_avg: Duration,
+}
+
+impl CallReport {
+    /// (successful, failed), for assertions.
+    pub fn outcome(&self) -> (u64, u64) {
+        (self.successful, self.failed)
+    }
+}
+
+/// Places `plan.calls` calls through the proxy at `proxy` with sipp
+/// (`tests/kamailio/uac.xml`, which routes ACK and BYE by the route set)
+/// and reports how they ended.
+///
+/// # Errors
+/// sipp cannot be started, crashes, outlives the plan's limit, or leaves no
+/// readable statistics; the error carries its log tail.
+pub fn place_calls(proxy: SocketAddr, plan: &CallPlan) -> Result<CallReport> {
+    let scratch = Scratch::new("sipp-uac")?;
+    let [local] = free_udp_addrs_on::<1>(proxy.ip())?;
+    let stats = scratch.path.join("stats.csv");
+    let mut cmd = Command::new("sipp");
+    cmd.arg(proxy.to_string())
+        .arg("-sf")
+        .arg(format!("{SCENARIOS}/uac.xml"));
+    cmd.args(sipp_socket_args(local)?);
+    cmd.args([
+        "-m",
+        &plan.calls.to_string(),
+        "-r",
+        &plan.rate_per_s.to_string(),
+    ]);
+    cmd.args(["-d", &plan.hold.as_millis().to_string()]);
+    cmd.args(["-timeout", &format!("{}s", plan.limit.as_secs().max(1))]);
+    cmd.arg("-trace_stat").arg("-stf").arg(&stats);
+    cmd.arg("-trace_err").arg("-error_file");
+    cmd.arg(scratch.path.join("errors.log"));
+    let mut process = Group::spawn("sipp uac", &mut cmd, &scratch.path.join("sipp.log"))?;
+    let status = process.wait_exit(plan.limit + STOP_GRACE)?;
+    // 0: every call succeeded; 1: some failed. Anything else is sipp's own
+    // failure (a bad scenario, a socket it could not bind).
+    if !matches!(status.code(), Some(0 | 1)) {
+        return Err(HarnessError::Exited {
+            program: "sipp uac",
+            status,
+            log_tail: process.log_tail(),
+        });
+    }
+    let csv = fs::read_to_string(&stats).unwrap_or_default();
+    parse_sipp_stats(&csv).ok_or_else(|| HarnessError::Output {
+        command: format!("sipp uac statistics {}", stats.display()),
+        output: csv,
+    })
+}
+
+/// Reads the cumulative counters of the last row of a `-trace_stat` file.
+fn parse_sipp_stats(csv: &str) -> Option<CallReport> {
+    let mut lines = csv.lines().filter(|l| !l.trim().is_empty());
+    let header: Vec<&str> = lines.next()?.split(';').collect();
+    let last: Vec<&str> = lines.next_back()?.split(';').collect();
+    let column = |name: &str| -> Option<u64> {
+        let i = header.iter().position(|h| *h == name)?;
+        last.get(i)?.trim().parse().ok()
+    };
+    let time = |name: &str| -> Option<Duration> {
+        let i = header.iter().position(|h| *h == name)?;
+        parse_sipp_time(last.get(i)?)
+    };
+    Some(CallReport {
+        successful: column("SuccessfulCall(C)")?,
+        failed: column("FailedCall(C)")?,
+        answer_avg: time("ResponseTime1(C)")?,
+    })
+}
+
+/// sipp's `HH:MM:SS:micros` durations.
+fn parse_sipp_time(text: &str) -> Option<Duration> {
+    let parts: Vec<u64> = text
+        .trim()
+        .split(':')
+        .map(str::parse)
+        .collect::<std::result::Result<_, _>>()
+        .ok()?;
+    let [h, m, s, us] = parts[..] else {
+        return None;
+    };
+    Some(Duration::from_secs(h * 3_600 + m * 60 + s) + Duration::from_micros(us))
+}
+
+/// sipp's socket options for SIP on `addr`, with media on a free pair of
+/// ports beside it (sipp binds the media port and the one two above).
+fn sipp_socket_args(addr: SocketAddr) -> Result<Vec<String>> {
+    let media = free_media_port(addr.ip())?;
+    let ip = addr.ip().to_string();
+    Ok(vec![
+        "-i".into(),
+        ip.clone(),
+        "-mi".into(),
+        ip,
+        "-p".into(),
+        addr.port().to_string(),
+        "-mp".into(),
+        media.to_string(),
+        "-bind_local".into(),
+        "-nostdin".into(),
+    ])
+}
+
+// ---------------------------------------------------------------------------
+// Ports, processes, scratch directories
+
+/// `N` distinct loopback UDP addresses free right now: all are bound at
+/// once so none is handed out twice, then released for the processes to
+/// bind a moment later (racy only against other processes doing the same).
+///
+/// # Errors
+/// No port could be bound.
+pub fn free_udp_addrs<const N: usize>() -> Result<[SocketAddr; N]> {
+    free_udp_addrs_on(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+fn free_udp_addrs_on<const N: usize>(ip: IpAddr) -> Result<[SocketAddr; N]> {
+    let sockets = (0..N)
+        .map(|_| UdpSocket::bind((ip, 0)))
+        .collect::<io::Result<Vec<_>>>()
+        .map_err(io_err("finding free UDP ports"))?;
+    let addrs = sockets
+        .iter()
+        .map(UdpSocket::local_addr)
+        .collect::<io::Result<Vec<_>>>()
+        .map_err(io_err("reading a local address"))?;
+    Ok(addrs
+        .try_into()
+        .unwrap_or_else(|v: Vec<_>| unreachable!("{} addresses for {N}", v.len())))
+}
+
+/// A port `p` with `p` and `p + 2` free on `ip`, for sipp's media sockets.
+fn free_media_port(ip: IpAddr) -> Result<u16> {
+    for _ in 0..20 {
+        let [first] = free_udp_addrs_on::<1>(ip)?;
+        let Some(second) = first.port().checked_add(2) else {
+            continue;
+        };
+        if UdpSocket::bind((ip, second)).is_ok() {
+            return Ok(first.port());
+        }
+    }
+    Err(HarnessError::Io {
+        what: format!("finding two free UDP ports two apart on {ip}"),
+        source: io::ErrorKind::AddrInUse.into(),
+    })
+}
+
+fn sip_uri(addr: SocketAddr) -> String {
+    format!("sip:{addr}")
+}
+
+/// Debian installs kamailio and kamcmd in /usr/sbin, which a non-root PATH
+/// often lacks.
+fn system_binary(name: &str) -> PathBuf {
+    let sbin = Path::new("/usr/sbin").join(name);
+    if sbin.exists() { sbin } else { name.into() }
+}
+
+/// A child process leading its own process group, with its output in a log
+/// file. Dropping it stops the whole group: TERM, then KILL after
+/// [`STOP_GRACE`].
+struct Group {
+    name: &'static str,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Group {
+    fn spawn(name: &'static str, cmd: &mut Command, log: &Path) -> Result<Group> {
+        let out = File::create(log).map_err(io_err(format!("creating {}", log.display())))?;
+        let err = out.try_clone().map_err(io_err("cloning a file handle"))?;
+        cmd.stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
+        let child = cmd
+            .spawn()
+            .map_err(io_err(format!("starting {name} ({:?})", cmd.get_program())))?;
+        Ok(Group {
+            name,
+            child,
+            log: log.to_path_buf(),
+        })
+    }
+
+    fn ensure_running(&mut self) -> Result<()> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(HarnessError::Exited {
+                program: self.name,
+                status,
+                log_tail: self.log_tail(),
+            }),
+            Err(source) => Err(HarnessError::Io {
+                what: format!("checking on {}", self.name),
+                source,
+            }),
+        }
+    }
+
+    /// Waits up to `limit` for the leader to exit; stops the group if it
+    /// does not.
+    fn wait_exit(&mut self, limit: Duration) -> Result<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return Ok(status),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL),
+                Ok(None) => {
+                    self.stop();
+                    return Err(HarnessError::Timeout {
+                        what: format!("exit of {}", self.name),
+                        limit,
+                        detail: format!("its log ends:\n{}", self.log_tail()),
+                    });
+                }
+                Err(source) => {
+                    return Err(HarnessError::Io {
+                        what: format!("waiting for {}", self.name),
+                        source,
+                    });
+                }
+            }
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
+    }
+
+    /// `kill -<signal> -- -<pgid>` (`kill(1)`: `unsafe` is denied, so no
+    /// `kill(2)`). Returns whether some process of the group got it.
+    fn signal_group(&self, signal: &str) -> bool {
+        Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg("--")
+            .arg(format!("-{}", self.child.id()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// TERM to the group; KILL to what is left after the grace period.
+    /// The leader is reaped either way.
+    fn stop(&mut self) {
+        let deadline = Instant::now() + STOP_GRACE;
+        if self.signal_group("TERM") {
+            while Instant::now() < deadline {
+                let leader_gone = matches!(self.child.try_wait(), Ok(Some(_)));
+                if leader_gone && !self.signal_group("0") {
+                    return;
+                }
+                std::thread::sleep(POLL);
+            }
+        }
+        self.signal_group("KILL");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A fresh directory under the system's temp dir, removed on drop unless
+/// the thread is panicking (then kept for the logs, and its path printed).
+struct Scratch {
+    path: PathBuf,
+}
+
+impl Scratch {
+    fn new(what: &str) -> Result<Scratch> {
+        let path =
+            std::env::temp_dir().join(format!("callgate-{what}-{}", uuid::Uuid::new_v4().simple()));
+        fs::create_dir_all(&path).map_err(io_err(format!("creating {}", path.display())))?;
+        Ok(Scratch { path })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept {} for inspection", self.path.display());
+        } else {
+            let _ = fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Runs `cmd` (output already redirected) for at most `limit`.
+fn run_bounded(cmd: &mut Command, what: &str, limit: Duration) -> Result<ExitStatus> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(io_err(format!("starting {what}")))?;
+    let deadline = Instant::now() + limit;
+    loop {
+        match child
+            .try_wait()
+            .map_err(io_err(format!("waiting for {what}")))?
+        {
+            Some(status) => return Ok(status),
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            None => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(HarnessError::Timeout {
+                    what: format!("exit of {what}"),
+                    limit,
+                    detail: "killed it".into(),
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each test runs a real Kamailio with the production configuration in
+    //! front of sipp stand-ins for callgate instances, on loopback ports of
+    //! its own, and finishes in a few seconds.
+
+    use super::*;
+
+    /// Unwraps with the error's own text (log tails keep their newlines).
+    fn ok<T>(r: Result<T>) -> T {
+        r.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// Polls `cond` until it holds; panics naming `what` after `limit`.
+    fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + limit;
+        while !cond() {
+            assert!(Instant::now() < deadline, "no {what} within {limit:?}");
+            std::thread::sleep(POLL);
+        }
+    }
+
+    fn overlapping(calls: u32) -> CallPlan {
+        CallPlan {
+            calls,
+            rate_per_s: 20,
+            hold: ms(1_000),
+            ..CallPlan::default()
+        }
+    }
+
+    fn sequential(calls: u32) -> CallPlan {
+        CallPlan {
+            calls,
+            rate_per_s: 5,
+            hold: ms(20),
+            ..CallPlan::default()
+        }
+    }
+
+    fn all_succeeded(calls: u32) -> (u64, u64) {
+        (calls.into(), 0)
+    }
+
+    #[test]
+    fn call_load_spreads_overlapping_calls_over_both_instances() {
+        let [proxy, a, b] = ok(free_udp_addrs::<3>());
+        let uas_a = ok(SippUas::start(a, UasScenario::Answer));
+        let uas_b = ok(SippUas::start(b, UasScenario::Answer));
+        let kam = ok(Kamailio::start(proxy, &[a, b], &KamOpts::default()));
+
+        let report = ok(place_calls(proxy, &overlapping(20)));
+
+        assert_eq!(report.outcome(), all_succeeded(20), "{}", kam.log());
+        let (na, nb) = (uas_a.invites(), uas_b.invites());
+        assert_eq!(na + nb, 20, "a {na}, b {nb}");
+        // Each new call goes to the instance with fewer calls up.
+        assert!(na.abs_diff(nb) <= 2, "uneven spread: a {na}, b {nb}");
+        // Every BYE passed the proxy (Record-Route) and released its load.
+        for d in ok(kam.destinations()) {
+            assert_eq!(d.load, 0, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn call_load_keeps_non_overlapping_calls_on_the_first_instance() {
+        let [proxy, a, b] = ok(free_udp_addrs::<3>());
+        let uas_a = ok(SippUas::start(a, UasScenario::Answer));
+        let uas_b = ok(SippUas::start(b, UasScenario::Answer));
+        let kam = ok(Kamailio::start(proxy, &[a, b], &KamOpts::default()));
+
+        let report = ok(place_calls(proxy, &sequential(6)));
+
+        // Least-loaded with every load at 0 is a tie, and ties go to the
+        // first destination: by design, not a fault.
+        assert_eq!(report.outcome(), all_succeeded(6), "{}", kam.log());
+        assert_eq!((uas_a.invites(), uas_b.invites()), (6, 0));
+    }
+
+    #[test]
+    fn round_robin_alternates_non_overlapping_calls() {
+        let [proxy, a, b] = ok(free_udp_addrs::<3>());
+        let uas_a = ok(SippUas::start(a, UasScenario::Answer));
+        let uas_b = ok(SippUas::start(b, UasScenario::Answer));
+        let opts = KamOpts {
+            algorithm: Algorithm::RoundRobin,
+            ..KamOpts::default()
+        };
+        let kam = ok(Kamailio::start(proxy, &[a, b], &opts));
+
+        let report = ok(place_calls(proxy, &sequential(6)));
+
+        assert_eq!(report.outcome(), all_succeeded(6), "{}", kam.log());
+        assert_eq!((uas_a.invites(), uas_b.invites()), (3, 3));
+    }
+
+    #[test]
+    fn instance_answering_options_503_gets_no_new_calls_until_it_answers_200() {
+        let [proxy, a, b] = ok(free_udp_addrs::<3>());
+        let uas_a = ok(SippUas::start(a, UasScenario::Answer));
+        let uas_b = ok(SippUas::start(b, UasScenario::Answer));
+        let opts = KamOpts::default();
+        let kam = ok(Kamailio::start(proxy, &[a, b], &opts));
+        wait_until("first probe of b", ms(3_000), || uas_b.probes() > 0);
+
+        // b starts draining: its probes now get 503.
+        let uas_b = ok(uas_b.restart(UasScenario::Refuse));
+        let interval = Duration::from_secs(opts.ping_interval_s.into());
+        let marked = ok(kam.wait_for_state(b, DsState::Inactive, 3 * interval));
+        eprintln!(
+            "drain: b inactive {marked:?} after it began answering 503 (probe every {interval:?})"
+        );
+        assert!(
+            ok(kam.destination(b)).probing,
+            "b must stay probed to come back"
+        );
+        assert_eq!(ok(kam.keepalive()), 200, "a is still serving");
+
+        let report = ok(place_calls(proxy, &overlapping(10)));
+        assert_eq!(report.outcome(), all_succeeded(10), "{}", kam.log());
+        assert_eq!((uas_a.invites(), uas_b.invites()), (10, 0));
+
+        // b is back: the next good probe returns it to the pool.
+        let uas_b = ok(uas_b.restart(UasScenario::Answer));
+        let back = ok(kam.wait_for_state(b, DsState::Active, 3 * interval));
+        eprintln!("recovery: b active {back:?} after it began answering 200");
+        let report = ok(place_calls(proxy, &overlapping(4)));
+        assert_eq!(report.outcome(), all_succeeded(4), "{}", kam.log());
+        assert_eq!(uas_b.invites(), 2, "b shares new calls again");
+    }
+
+    #[test]
+    fn invite_503_fails_over_to_the_next_instance() {
+        let [proxy, a, b] = ok(free_udp_addrs::<3>());
+        let uas_a = ok(SippUas::start(a, UasScenario::Refuse));
+        let uas_b = ok(SippUas::start(b, UasScenario::Answer));
+        // No probe runs during the test: only the INVITE can reveal that a
+        // (first in the list, so first choice) refuses.
+        let opts = KamOpts {
+            ping_interval_s: 60,
+            ..KamOpts::default()
+        };
+        let kam = ok(Kamailio::start(proxy, &[a, b], &opts));
+
+        let report = ok(place_calls(
+            proxy,
+            &CallPlan {
+                calls: 5,
+                rate_per_s: 5,
+                hold: ms(100),
+                ..CallPlan::default()
+            },
+        ));
+
+        assert_eq!(report.outcome(), all_succeeded(5), "{}", kam.log());
+        eprintln!(
+            "503 failover: mean answer time {:?} over 5 calls, the first failed over",
+            report.answer_avg
+        );
+        assert_eq!(
+            uas_a.invites(),
+            1,
+            "a refused the first call, then left the pool"
+        );
+        assert_eq!(uas_b.invites(), 5);
+        let (ua, ub) = (sip_uri(a), sip_uri(b));
+        assert_eq!(kam.dispatched()[..2], [ua.clone(), ub], "{}", kam.log());
+        assert!(
+            kam.log()
+                .contains(&format!("callgate-failover {ua} answered 503"))
+        );
+        let marked = ok(kam.destination(a));
+        assert_eq!((marked.state, marked.probing), (DsState::Inactive, true));
+    }
+
+    #[test]
+    fn silent_instance_fails_over_after_fr_timer() {
+        // Nothing listens on `dead`.
+        let [proxy, dead, b] = ok(free_udp_addrs::<3>());
+        let uas_b = ok(SippUas::start(b, UasScenario::Answer));
+        let opts = KamOpts {
+            ping_interval_s: 60,
+            ..KamOpts::default()
+        };
+        let kam = ok(Kamailio::start(proxy, &[dead, b], &opts));
+
+        let report = ok(place_calls(
+            proxy,
+            &CallPlan {
+                calls: 1,
+                rate_per_s: 1,
+                hold: ms(10),
+                ..CallPlan::default()
+            },
+        ));
+
+        let took = report.answer_avg;
+        eprintln!(
+            "timeout failover: answered {took:?} after the INVITE (fr_timer {} ms)",
+            opts.fr_timer_ms
+        );
+        assert_eq!(report.outcome(), all_succeeded(1), "{}", kam.log());
+        assert_eq!(uas_b.invites(), 1);
+        // The failover waited for tm's timer (which ticks coarsely and
+        // fired up to ~60 ms early in practice), not for an ICMP error.
+        let fr = ms(opts.fr_timer_ms.into());
+        assert!(
+            took >= fr * 3 / 4 && took < fr + ms(500),
+            "answered {took:?} after the INVITE"
+        );
+        assert_eq!(ok(kam.destination(dead)).state, DsState::Inactive);
+    }
+
+    #[test]
+    fn wholly_drained_pool_refuses_calls_and_keepalives_with_503() {
+        let [proxy, a] = ok(free_udp_addrs::<2>());
+        let uas_a = ok(SippUas::start(a, UasScenario::Refuse));
+        let kam = ok(Kamailio::start(proxy, &[a], &KamOpts::default()));
+        ok(kam.wait_for_state(a, DsState::Inactive, ms(3_000)));
+
+        assert_eq!(ok(kam.keepalive()), 503);
+        let report = ok(place_calls(proxy, &sequential(1)));
+
+        assert_eq!(report.outcome(), (0, 1));
+        assert_eq!(uas_a.invites(), 0, "refused at the proxy");
+        assert!(
+            kam.log().contains("no active callgate instance"),
+            "{}",
+            kam.log()
+        );
+    }
+
+    #[test]
+    fn calls_in_progress_outlive_their_instances_leaving_the_pool() {
+        let [proxy, a, b] = ok(free_udp_addrs::<3>());
+        let uas_a = ok(SippUas::start(a, UasScenario::Answer));
+        let uas_b = ok(SippUas::start(b, UasScenario::Answer));
+        // No probe to undo the operator's marks.
+        let opts = KamOpts {
+            ping_interval_s: 60,
+            ..KamOpts::default()
+        };
+        let kam = ok(Kamailio::start(proxy, &[a, b], &opts));
+        let plan = CallPlan {
+            calls: 4,
+            rate_per_s: 20,
+            hold: ms(2_500),
+            ..CallPlan::default()
+        };
+        let caller = std::thread::spawn(move || place_calls(proxy, &plan));
+        wait_until("4 calls up", ms(5_000), || {
+            uas_a.invites() + uas_b.invites() == 4
+        });
+
+        // Both instances leave the pool while their calls are up.
+        ok(kam.set_state(a, DsState::Inactive, Probing::Off));
+        ok(kam.set_state(b, DsState::Inactive, Probing::Off));
+        assert_eq!(ok(kam.keepalive()), 503);
+
+        // ACK and BYE follow Record-Route, not the dispatcher.
+        let report = ok(caller
+            .join()
+            .unwrap_or_else(|_| panic!("the caller thread panicked")));
+        assert_eq!(report.outcome(), all_succeeded(4), "{}", kam.log());
+        for d in ok(kam.destinations()) {
+            assert_eq!((d.state, d.load), (DsState::Inactive, 0), "{d:?}");
+        }
+    }
+
+    #[test]
+    fn start_fails_with_kamailios_log_when_its_port_is_taken() {
+        let taken = UdpSocket::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        let addr = taken.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let [dest] = ok(free_udp_addrs::<1>());
+
+        match Kamailio::start(addr, &[dest], &KamOpts::default()) {
+            Err(HarnessError::Exited { log_tail, .. }) => {
+                assert!(log_tail.contains("bind"), "{log_tail}");
+            }
+            Err(other) => panic!("wrong error: {other}"),
+            Ok(_) => panic!("kamailio started on a taken port"),
+        }
+    }
+
+    #[test]
+    fn reads_kamcmd_dispatcher_list() {
+        let text = "\t\t\t\tDEST: {\n\t\t\t\t\tURI: sip:127.0.0.1:5072\n\t\t\t\t\tFLAGS: IP\n\
+                    \t\t\t\t\tPRIORITY: 1\n\t\t\t\t\tRUNTIME: {\n\t\t\t\t\t\tDLGLOAD: 3\n\
+                    \t\t\t\tDEST: {\n\t\t\t\t\tURI: sip:127.0.0.1:5071\n\t\t\t\t\tFLAGS: AX\n";
+        let got = parse_dispatcher_list(text).unwrap_or_default();
+        let want = [
+            ("sip:127.0.0.1:5072", DsState::Inactive, true, 3),
+            ("sip:127.0.0.1:5071", DsState::Active, false, 0),
+        ];
+        assert_eq!(got.len(), 2, "{got:?}");
+        for (d, (uri, state, probing, load)) in got.iter().zip(want) {
+            assert_eq!(
+                (d.uri.as_str(), d.state, d.probing, d.load),
+                (uri, state, probing, load)
+            );
+        }
+    }
+
+    #[test]
+    fn counts_distinct_received_invites_in_a_sipp_trace() {
+        let sep = "----------------------------------------------- 2026-01-01 00:00:00.0\n";
+        let entry = |dir: &str, first: &str, id: &str| {
+            format!("{sep}UDP message {dir} [1] bytes :\n\n{first}\nVia: x\nCall-ID: {id}\n\n")
+        };
+        let log = [
+            entry("received", "INVITE sip:a@b SIP/2.0", "c1"),
+            entry("received", "INVITE sip:a@b SIP/2.0", "c1"), // retransmission
+            entry("sent", "SIP/2.0 200 OK", "c1"),
+            entry("received", "OPTIONS sip:b SIP/2.0", "p1"),
+            entry("received", "INVITE sip:a@b SIP/2.0", "c2"),
+        ]
+        .concat();
+        assert_eq!(received_call_ids(&log, "INVITE").len(), 2);
+        assert_eq!(received_call_ids(&log, "OPTIONS").len(), 1);
+    }
+
+    #[test]
+    fn reads_sipp_cumulative_counters() {
+        let csv = "StartTime;SuccessfulCall(P);SuccessfulCall(C);FailedCall(P);FailedCall(C);ResponseTime1(C)\n\
+                   t;0;0;0;0;00:00:00:000000\n\
+                   t;3;19;0;1;00:00:01:050000\n";
+        assert_eq!(
+            parse_sipp_stats(csv),
+            Some(CallReport {
+                successful: 19,
+                failed: 1,
+                answer_avg: ms(1_050),
+            })
+        );
+    }
+
+    #[test]
+    fn dispatcher_list_keeps_the_given_order_by_priority() {
+        let [a, b] = ["127.0.0.1:5071", "127.0.0.1:5072"]
+            .map(|s| s.parse().unwrap_or_else(|e| panic!("{e}")));
+        assert_eq!(
+            dispatcher_list(&[a, b]),
+            "1 sip:127.0.0.1:5071 0 2 duid=callgate-0\n1 sip:127.0.0.1:5072 0 1 duid=callgate-1\n"
+        );
+    }
+}
