@@ -92,7 +92,10 @@ pub async fn refusals(h: &Harness, n: usize) -> Vec<String> {
         .map(|r| r.get::<_, String>(0))
         .collect::<Vec<_>>()
     };
-    crate::eventually(Duration::from_secs(15), "SIP refusal rows", probe, |r| r.len() >= n).await
+    crate::eventually(Duration::from_secs(15), "SIP refusal rows", probe, |r| {
+        r.len() >= n
+    })
+    .await
 }
 
 /// Waits (bounded) until no RTP port is leased and no call is active.

@@ -37,25 +37,49 @@ async fn spike(policy: SipOverflow) -> (callgate_tests::Harness, SippOutcome) {
         ..SippOpts::default()
     }
     .var("hold_ms", "1500");
-    let out = Sipp::uac("load_uac.xml", sip::addr(&h), opts).await.wait().await;
+    let out = Sipp::uac("load_uac.xml", sip::addr(&h), opts)
+        .await
+        .wait()
+        .await;
     out.assert_ok();
-    assert_eq!(out.successful_calls, u64::from(OFFERED), "no call hung or failed: {out}");
+    assert_eq!(
+        out.successful_calls,
+        u64::from(OFFERED),
+        "no call hung or failed: {out}"
+    );
     (h, out)
 }
 
 /// The admitted calls' ledger rows: served, closed by the caller's BYE.
 async fn assert_served(h: &callgate_tests::Harness) {
     let calls = sip::closed_calls(h, CAPACITY as usize).await;
-    assert_eq!(calls.len(), CAPACITY as usize, "exactly the admitted calls have a ledger row");
+    assert_eq!(
+        calls.len(),
+        CAPACITY as usize,
+        "exactly the admitted calls have a ledger row"
+    );
     for l in &calls {
-        assert_eq!(l.end_reason.as_deref(), Some("caller_hangup"), "{:#}", l.stats);
+        assert_eq!(
+            l.end_reason.as_deref(),
+            Some("caller_hangup"),
+            "{:#}",
+            l.stats
+        );
         assert_eq!(l.cleanup_status, "completed", "{:#}", l.stats);
     }
     let refusals = sip::refusals(h, (OFFERED - CAPACITY) as usize).await;
-    assert_eq!(refusals.len(), (OFFERED - CAPACITY) as usize, "{refusals:?}");
+    assert_eq!(
+        refusals.len(),
+        (OFFERED - CAPACITY) as usize,
+        "{refusals:?}"
+    );
     assert!(refusals.iter().all(|r| r == "queue_full"), "{refusals:?}");
     sip::assert_all_free(h).await;
-    assert_eq!(h.server.app.gate.snapshot().max_active, CAPACITY, "never above capacity");
+    assert_eq!(
+        h.server.app.gate.snapshot().max_active,
+        CAPACITY,
+        "never above capacity"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -63,11 +87,18 @@ async fn refused_calls_get_503_with_retry_after() {
     let (h, out) = spike(SipOverflow::Reject).await;
     assert_eq!(out.counter("answered"), u64::from(CAPACITY), "{out}");
     let rejected = out.rejected_by_code();
-    assert_eq!(rejected.get(&503), Some(&u64::from(OFFERED - CAPACITY)), "{rejected:?}");
+    assert_eq!(
+        rejected.get(&503),
+        Some(&u64::from(OFFERED - CAPACITY)),
+        "{rejected:?}"
+    );
     assert_eq!(rejected.len(), 1, "{rejected:?}");
     assert_served(&h).await;
     let metrics = h.metrics_text().await;
-    assert!(metrics.contains("callgate_sip_responses_total{code=\"503\"} 100"), "{metrics}");
+    assert!(
+        metrics.contains("callgate_sip_responses_total{code=\"503\"} 100"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,7 +106,11 @@ async fn refused_calls_are_redirected_to_the_human_queue() {
     let (h, out) = spike(SipOverflow::Redirect).await;
     assert_eq!(out.counter("answered"), u64::from(CAPACITY), "{out}");
     let rejected = out.rejected_by_code();
-    assert_eq!(rejected.get(&302), Some(&u64::from(OFFERED - CAPACITY)), "{rejected:?}");
+    assert_eq!(
+        rejected.get(&302),
+        Some(&u64::from(OFFERED - CAPACITY)),
+        "{rejected:?}"
+    );
     assert_eq!(rejected.len(), 1, "{rejected:?}");
     assert_served(&h).await;
 }
@@ -85,12 +120,19 @@ async fn refused_calls_hear_the_prompt_then_are_referred() {
     let (h, out) = spike(SipOverflow::Refer).await;
     // Every call is answered: the refused ones to hear the prompt.
     assert_eq!(out.counter("answered"), u64::from(OFFERED), "{out}");
-    assert_eq!(out.counter("referred"), u64::from(OFFERED - CAPACITY), "{out}");
+    assert_eq!(
+        out.counter("referred"),
+        u64::from(OFFERED - CAPACITY),
+        "{out}"
+    );
     assert!(out.rejected_by_code().is_empty(), "{out}");
     assert_served(&h).await;
     let metrics = h.metrics_text().await;
-    let heard = metrics
-        .lines()
-        .find(|l| l.starts_with("callgate_overflow_calls_total") && l.contains("prompt_heard=\"true\""));
-    assert!(heard.is_some_and(|l| l.ends_with(" 100")), "every refused caller heard the prompt: {metrics}");
+    let heard = metrics.lines().find(|l| {
+        l.starts_with("callgate_overflow_calls_total") && l.contains("prompt_heard=\"true\"")
+    });
+    assert!(
+        heard.is_some_and(|l| l.ends_with(" 100")),
+        "every refused caller heard the prompt: {metrics}"
+    );
 }

@@ -35,7 +35,10 @@ async fn run(h: &callgate_tests::Harness, scenario: &str, o: SippOpts) -> SippOu
 fn longest_gap(out: &SippOutcome) -> Duration {
     let rtp = out.rtp.as_ref().expect("captured");
     let at: Vec<Duration> = rtp.received().map(|p| p.at).collect();
-    at.windows(2).map(|w| w[1].saturating_sub(w[0])).max().unwrap_or_default()
+    at.windows(2)
+        .map(|w| w[1].saturating_sub(w[0]))
+        .max()
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,9 +53,20 @@ async fn cancel_before_the_answer_is_487_and_leaves_nothing() {
     .await;
     let out = run(&h, "cancel.xml", opts(20)).await;
     assert_eq!(out.counter("cancel_lost_race"), 0, "{out}");
-    assert_eq!(sip::refusals(&h, 1).await, vec!["caller_abandoned".to_string()]);
-    assert_eq!(sip::ports_in_use(&h), 0, "no RTP port for a call never answered");
-    assert!(h.metrics_text().await.contains("callgate_sip_responses_total{code=\"487\"} 1"));
+    assert_eq!(
+        sip::refusals(&h, 1).await,
+        vec!["caller_abandoned".to_string()]
+    );
+    assert_eq!(
+        sip::ports_in_use(&h),
+        0,
+        "no RTP port for a call never answered"
+    );
+    assert!(
+        h.metrics_text()
+            .await
+            .contains("callgate_sip_responses_total{code=\"487\"} 1")
+    );
     sip::assert_all_free(&h).await;
 }
 
@@ -61,9 +75,19 @@ async fn callgate_sends_bye_when_the_bot_ends_the_call() {
     let h = sip::start(saying("Thank you, goodbye."), |_| {}).await;
     run(&h, "bye_from_server.xml", opts(60)).await;
     let l = &sip::closed_calls(&h, 1).await[0];
-    assert_eq!(l.end_reason.as_deref(), Some("bot_ended:caller_goodbye"), "{:#}", l.stats);
+    assert_eq!(
+        l.end_reason.as_deref(),
+        Some("bot_ended:caller_goodbye"),
+        "{:#}",
+        l.stats
+    );
     assert_eq!(l.cleanup_status, "completed", "{:#}", l.stats);
-    let bot: Vec<_> = h.transcript(l.call_id).await.into_iter().filter(|t| t.0 == "bot").collect();
+    let bot: Vec<_> = h
+        .transcript(l.call_id)
+        .await
+        .into_iter()
+        .filter(|t| t.0 == "bot")
+        .collect();
     assert!(bot.iter().any(|t| t.1.contains("Goodbye")), "{bot:?}");
     sip::assert_all_free(&h).await;
 }
@@ -73,42 +97,89 @@ async fn a_peer_whose_rtp_stops_without_bye_is_hung_up_by_rtp_timeout() {
     let h = sip::start(SimConfig::default(), |c| c.sip.rtp_timeout_ms = 2_000).await;
     run(&h, "rtp_stop.xml", opts(60)).await;
     let l = &sip::closed_calls(&h, 1).await[0];
-    assert_eq!(l.end_reason.as_deref(), Some("rtp_timeout"), "{:#}", l.stats);
+    assert_eq!(
+        l.end_reason.as_deref(),
+        Some("rtp_timeout"),
+        "{:#}",
+        l.stats
+    );
     // The call lasted the 2 s of speech plus about the timeout, not the
     // media watchdog's or the scenario's 60 s.
     let (admitted, closed) = (l.stamps[0].unwrap(), l.stamps[5].unwrap());
     let lasted = closed.duration_since(admitted).unwrap();
     assert!(lasted < Duration::from_secs(12), "ended after {lasted:?}");
-    assert!(h.metrics_text().await.contains("callgate_rtp_timeouts_total 1"));
+    assert!(
+        h.metrics_text()
+            .await
+            .contains("callgate_rtp_timeouts_total 1")
+    );
     sip::assert_all_free(&h).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_and_resume_are_answered_with_the_current_session() {
     let h = sip::start(SimConfig::default(), |_| {}).await;
-    let o = SippOpts { capture_rtp: true, ..opts(60) }.var("hold_ms", "3000");
+    let o = SippOpts {
+        capture_rtp: true,
+        ..opts(60)
+    }
+    .var("hold_ms", "3000");
     let out = run(&h, "reinvite_hold.xml", o).await;
     // The answers' directions are checked by the scenario (recvonly on
     // hold, sendrecv after); callgate sent nothing while held.
     let gap = longest_gap(&out);
-    assert!(gap >= Duration::from_millis(2_500), "longest RTP gap {gap:?}");
+    assert!(
+        gap >= Duration::from_millis(2_500),
+        "longest RTP gap {gap:?}"
+    );
     let l = &sip::closed_calls(&h, 1).await[0];
-    assert_eq!(l.end_reason.as_deref(), Some("caller_hangup"), "{:#}", l.stats);
+    assert_eq!(
+        l.end_reason.as_deref(),
+        Some("caller_hangup"),
+        "{:#}",
+        l.stats
+    );
     sip::assert_all_free(&h).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reinvite_without_a_common_codec_gets_488_and_audio_goes_on() {
     let h = sip::start(SimConfig::default(), |_| {}).await;
-    let out = run(&h, "reinvite_488.xml", SippOpts { capture_rtp: true, ..opts(60) }).await;
+    let out = run(
+        &h,
+        "reinvite_488.xml",
+        SippOpts {
+            capture_rtp: true,
+            ..opts(60)
+        },
+    )
+    .await;
     let rtp = out.rtp.as_ref().unwrap();
-    assert_eq!(rtp.received_by_payload_type().keys().copied().collect::<Vec<_>>(), vec![0]);
+    assert_eq!(
+        rtp.received_by_payload_type()
+            .keys()
+            .copied()
+            .collect::<Vec<_>>(),
+        vec![0]
+    );
     let gap = longest_gap(&out);
-    assert!(gap < Duration::from_millis(500), "audio went on: longest gap {gap:?}");
+    assert!(
+        gap < Duration::from_millis(500),
+        "audio went on: longest gap {gap:?}"
+    );
     let l = &sip::closed_calls(&h, 1).await[0];
-    assert_eq!(l.end_reason.as_deref(), Some("caller_hangup"), "{:#}", l.stats);
+    assert_eq!(
+        l.end_reason.as_deref(),
+        Some("caller_hangup"),
+        "{:#}",
+        l.stats
+    );
     assert_eq!(l.stats["media"]["transport"]["codec"], "PCMU");
-    assert!(h.metrics_text().await.contains("callgate_sip_responses_total{code=\"488\"} 1"));
+    assert!(
+        h.metrics_text()
+            .await
+            .contains("callgate_sip_responses_total{code=\"488\"} 1")
+    );
     sip::assert_all_free(&h).await;
 }
 
@@ -119,8 +190,15 @@ async fn rfc4733_digits_reach_the_call_once_each() {
     let l = &sip::closed_calls(&h, 1).await[0];
     let kinds = h.event_kinds(l.call_id).await;
     let digits = kinds.iter().filter(|k| *k == "dtmf").count();
-    assert_eq!(digits, 4, "1 2 3 # once each, however many packets: {kinds:?}");
-    assert_eq!(l.stats["media"]["transport"]["dtmf_events"], 4, "{:#}", l.stats);
+    assert_eq!(
+        digits, 4,
+        "1 2 3 # once each, however many packets: {kinds:?}"
+    );
+    assert_eq!(
+        l.stats["media"]["transport"]["dtmf_events"], 4,
+        "{:#}",
+        l.stats
+    );
     assert_eq!(l.end_reason.as_deref(), Some("caller_hangup"));
     sip::assert_all_free(&h).await;
 }
@@ -131,7 +209,11 @@ async fn an_info_digit_reaches_the_call() {
     run(&h, "dtmf_info.xml", opts(60)).await;
     let l = &sip::closed_calls(&h, 1).await[0];
     let kinds = h.event_kinds(l.call_id).await;
-    assert_eq!(kinds.iter().filter(|k| *k == "dtmf").count(), 1, "{kinds:?}");
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "dtmf").count(),
+        1,
+        "{kinds:?}"
+    );
     sip::assert_all_free(&h).await;
 }
 
@@ -147,7 +229,11 @@ async fn options_is_200_while_serving_and_503_after_a_drain() {
     assert_eq!(resp.status(), 202);
     run(&h, "options_503.xml", opts(10)).await;
     // A new INVITE follows the rejection policy (503 by default).
-    let o = SippOpts { trace_msg: false, ..opts(30) }.var("hold_ms", "500");
+    let o = SippOpts {
+        trace_msg: false,
+        ..opts(30)
+    }
+    .var("hold_ms", "500");
     let out = run(&h, "load_uac.xml", o).await;
     assert_eq!(out.rejected_by_code().get(&503), Some(&1), "{out}");
     assert_eq!(sip::refusals(&h, 1).await, vec!["draining".to_string()]);
@@ -161,7 +247,13 @@ async fn an_escalation_is_a_refer_to_the_human_queue_then_bye() {
     })
     .await;
     let out = run(&h, "refer_uas.xml", opts(90)).await;
-    assert!(out.logs.iter().any(|l| l.contains("REFER to") && l.contains(queue)), "{:?}", out.logs);
+    assert!(
+        out.logs
+            .iter()
+            .any(|l| l.contains("REFER to") && l.contains(queue)),
+        "{:?}",
+        out.logs
+    );
     let l = &sip::closed_calls(&h, 1).await[0];
     assert_eq!(
         l.end_reason.as_deref(),

@@ -119,15 +119,11 @@ impl Endpoint {
             _ => 400,
         };
         // Answerable only if the five transaction headers can be read.
-        let head: Vec<u8> = bytes
-            .iter()
-            .copied()
-            .take(self.cfg.max_message_bytes)
-            .collect();
-        let answered = salvage(&head)
-            .filter(|f| f.method().is_some_and(|m| m != "ACK"))
-            .map(|f| {
-                let why = error.to_string();
+        let head = &bytes[..bytes.len().min(self.cfg.max_message_bytes)];
+        let answered = salvage(head, code)
+            .filter(|(f, _)| f.method().is_some_and(|m| m != "ACK"))
+            .map(|(f, code)| {
+                let why = quote(&error.to_string());
                 let extra = [("Warning", format!("399 callgate \"{why}\""))];
                 self.send(
                     from,
@@ -167,8 +163,8 @@ impl Endpoint {
     }
 
     /// The checks every request gets before its method is looked at:
-    /// rsipstack can read it, Max-Forwards is not exhausted, no extension
-    /// we lack is required.
+    /// rsipstack can read it, its CSeq names its method, its Request-URI is
+    /// SIP (or tel), no extension we lack is required.
     fn well_formed(&mut self, req: &Framed, method: &str, from: Peer) -> bool {
         let known = !NOT_ALLOWED.contains(&method) && ALLOW.contains(method);
         if known && let Err(e) = rsipstack::sip::SipMessage::try_from(&req.raw[..]) {
@@ -187,10 +183,60 @@ impl Endpoint {
             });
             return false;
         }
-        if req.header("Max-Forwards").is_some_and(|v| v.trim() == "0") {
+        // Responses go back along the Vias: each must be a whole value.
+        let vias: Vec<&str> = req
+            .headers
+            .iter()
+            .filter(|(n, _)| n == "Via")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        if !vias.iter().all(|v| wire::valid_via(v)) {
+            let extra = [("Warning", "399 callgate \"malformed Via\"".to_string())];
             self.send(
                 from,
-                wire::response(req, 483, "Too Many Hops", None, &[], None),
+                wire::response(req, 400, "Bad Request", None, &extra, None),
+            );
+            return false;
+        }
+        if !["From", "To"]
+            .iter()
+            .all(|h| req.header(h).is_some_and(wire::valid_name_addr))
+        {
+            let extra = [(
+                "Warning",
+                "399 callgate \"malformed From or To\"".to_string(),
+            )];
+            self.send(
+                from,
+                wire::response(req, 400, "Bad Request", None, &extra, None),
+            );
+            return false;
+        }
+        // A UAS forwards nothing, so Max-Forwards is not its business (RFC
+        // 4475 §3.3.11); the CSeq method must be the request's (§3.1.2.17).
+        if req.cseq().is_none_or(|(_, m)| m != method) {
+            let extra = [(
+                "Warning",
+                "399 callgate \"CSeq method differs from the request's\"".to_string(),
+            )];
+            self.send(
+                from,
+                wire::response(req, 400, "Bad Request", None, &extra, None),
+            );
+            return false;
+        }
+        let scheme = match &req.start {
+            StartLine::Request { uri, .. } => uri
+                .split(':')
+                .next()
+                .unwrap_or_default()
+                .to_ascii_lowercase(),
+            StartLine::Response { .. } => String::new(),
+        };
+        if !matches!(scheme.as_str(), "sip" | "sips" | "tel") {
+            self.send(
+                from,
+                wire::response(req, 416, "Unsupported URI Scheme", None, &[], None),
             );
             return false;
         }
@@ -213,6 +259,16 @@ impl Endpoint {
         }
         if req.header("To").is_some_and(wire::has_tag) {
             return self.reinvite(req, from, now);
+        }
+        let ctype = req.header("Content-Type").unwrap_or("application/sdp");
+        if !req.body.is_empty()
+            && !ctype
+                .trim()
+                .to_ascii_lowercase()
+                .starts_with("application/sdp")
+        {
+            let extra = [("Accept", "application/sdp".to_string())];
+            return self.answer(&req, from, 415, &extra, now);
         }
         let call = self.key();
         let local_tag = self.token();
@@ -606,33 +662,65 @@ pub(crate) fn branch_of(via: &str) -> Option<String> {
     via.branch().map(|b| b.to_string())
 }
 
-/// A message too broken to frame may still have the five headers a
-/// response copies (e.g. only its Content-Length was wrong).
-fn salvage(bytes: &[u8]) -> Option<Framed> {
+/// A request too broken to frame may still carry the five headers a
+/// response copies (only its Content-Length, a scalar or its request line
+/// was wrong): then it is answered, with `code` unless its version is not
+/// SIP/2.0 (`505`). Responses are never answered; without those headers
+/// (or with any of them only folded) there is nothing to answer with.
+fn salvage(bytes: &[u8], code: u16) -> Option<(Framed, u16)> {
     let end = bytes
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .unwrap_or(bytes.len());
     let head = std::str::from_utf8(&bytes[..end]).ok()?;
-    let kept: Vec<&str> = head
-        .split("\r\n")
-        .enumerate()
-        .filter(|(i, l)| {
-            *i == 0 || {
-                let name = l
-                    .split(':')
-                    .next()
-                    .unwrap_or_default()
-                    .trim()
-                    .to_ascii_lowercase();
-                ["via", "v", "from", "f", "to", "t", "call-id", "i", "cseq"]
-                    .contains(&name.as_str())
-            }
-        })
-        .map(|(_, l)| l)
-        .collect();
-    let text = format!("{}\r\n\r\n", kept.join("\r\n"));
-    wire::frame(text.as_bytes(), usize::MAX).ok()
+    let mut lines = head.split("\r\n");
+    let start = lines.next()?;
+    if start.starts_with("SIP/") {
+        return None;
+    }
+    let method = start
+        .split(' ')
+        .next()
+        .filter(|m| !m.is_empty())?
+        .to_ascii_uppercase();
+    let version = start.rsplit(' ').next().unwrap_or_default();
+    let code = if version.starts_with("SIP/") && version != "SIP/2.0" {
+        505
+    } else {
+        code
+    };
+    let mut headers: Vec<(String, String)> = Vec::new();
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let name = match name.trim().to_ascii_lowercase().as_str() {
+            "via" | "v" => "Via",
+            "from" | "f" => "From",
+            "to" | "t" => "To",
+            "call-id" | "i" => "Call-ID",
+            "cseq" => "CSeq",
+            _ => continue,
+        };
+        if name == "Via" || !headers.iter().any(|(n, _)| n == name) {
+            headers.push((name.to_string(), value.trim().to_string()));
+        }
+    }
+    let all = ["Via", "From", "To", "Call-ID", "CSeq"];
+    if !all.iter().all(|h| headers.iter().any(|(n, _)| n == h)) {
+        return None;
+    }
+    let start = StartLine::Request {
+        method,
+        uri: String::new(),
+    };
+    let framed = Framed {
+        start,
+        headers,
+        body: Vec::new(),
+        raw: Vec::new(),
+    };
+    Some((framed, code))
 }
 
 /// The status code of a `message/sipfrag` body (`SIP/2.0 200 OK`).

@@ -311,9 +311,19 @@ fn out_of_dialog_requests_get_their_codes() {
         ep.receive(req.as_bytes(), peer(), t0);
         assert_eq!(status(&drain(&mut ep).0[0]), code, "{method}");
     }
-    let hops = invite("z9hG4bKh", "h1").replace("Max-Forwards: 70", "Max-Forwards: 0");
-    ep.receive(hops.as_bytes(), peer(), t0);
-    assert_eq!(status(&drain(&mut ep).0[0]), 483);
+    let mismatch = invite("z9hG4bKm", "m1").replace("CSeq: 1 INVITE", "CSeq: 1 OPTIONS");
+    ep.receive(mismatch.as_bytes(), peer(), t0);
+    assert_eq!(status(&drain(&mut ep).0[0]), 400);
+    let scheme = invite("z9hG4bKs", "s1").replacen("INVITE sip:bot@", "INVITE http:bot@", 1);
+    ep.receive(scheme.as_bytes(), peer(), t0);
+    assert_eq!(status(&drain(&mut ep).0[0]), 416);
+    let body = invite("z9hG4bKb", "b1").replace("application/sdp", "text/plain");
+    ep.receive(body.as_bytes(), peer(), t0);
+    let sent = drain(&mut ep).0;
+    assert!(sent[0].starts_with("SIP/2.0 415") && sent[0].contains("Accept: application/sdp"));
+    let version = invite("z9hG4bKv", "v1").replacen("SIP/2.0\r\n", "SIP/7.0\r\n", 1);
+    ep.receive(version.as_bytes(), peer(), t0);
+    assert_eq!(status(&drain(&mut ep).0[0]), 505);
     let req = invite("z9hG4bKq", "q1").replace("Max-Forwards: 70", "Require: 100rel");
     ep.receive(req.as_bytes(), peer(), t0);
     let sent = drain(&mut ep).0;

@@ -115,6 +115,39 @@ pub fn split_commas(v: &str) -> Vec<&str> {
     out
 }
 
+/// Whether a `Via` header value is whole: every comma-separated entry
+/// non-empty, `protocol/version/transport sent-by` (any transport token:
+/// RFC 4475 §3.1.1.10), with no empty parameter (`;;`, a trailing `;`).
+pub fn valid_via(v: &str) -> bool {
+    let entries: Vec<&str> = v.split(',').map(str::trim).collect();
+    entries.iter().all(|e| {
+        !e.is_empty()
+            && !e.ends_with(';')
+            && !e.split(';').skip(1).any(|p| p.trim().is_empty())
+            && e.split(';')
+                .next()
+                .is_some_and(|sent| sent.matches('/').count() == 2)
+    })
+}
+
+/// Whether a `From`/`To`/`Contact` value is a whole name-addr or
+/// addr-spec: quotes balanced (a `\\` escapes inside them), at most one
+/// `<...>`, closed.
+pub fn valid_name_addr(v: &str) -> bool {
+    let (mut quoted, mut escaped, mut opens, mut closes) = (false, false, 0, 0);
+    for c in v.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            '<' if !quoted => opens += 1,
+            '>' if !quoted => closes += 1,
+            _ => {}
+        }
+    }
+    !quoted && opens == closes && opens <= 1
+}
+
 /// Expands RFC 3261 §7.3.3 compact header names.
 fn canonical(name: &str) -> &str {
     match name {
@@ -193,7 +226,9 @@ fn start_line(line: &str) -> Result<StartLine, WireError> {
         };
     }
     match parts.as_slice() {
-        [method, uri, "SIP/2.0"] if is_token(method) && !uri.is_empty() && uri.contains(':') => {
+        [method, uri, "SIP/2.0"]
+            if is_token(method) && uri.contains(':') && !uri.starts_with('<') =>
+        {
             Ok(StartLine::Request {
                 method: method.to_ascii_uppercase(),
                 uri: (*uri).to_string(),

@@ -130,6 +130,9 @@ pub struct RtpReport {
     pub late: u64,
     pub duplicates: u64,
     pub concealed: u64,
+    /// Frames the jitter buffer dropped: over its bound, or trimmed to
+    /// bring its delay back down.
+    pub overflowed: u64,
     pub wrong_payload_type: u64,
     pub malformed: u64,
     pub dtmf_events: u64,
@@ -362,6 +365,9 @@ impl MediaTask {
         if !self.want_audio {
             return;
         }
+        if matches!(playout, Some(jitter::Playout::Concealed)) {
+            metrics::counter!(m::RTP_CONCEALED).increment(1);
+        }
         let frame = match playout {
             Some(jitter::Playout::Frame(p)) if !self.params.on_hold => {
                 from_wire(&p, self.params.codec, self.settings.format)
@@ -490,6 +496,11 @@ impl MediaTask {
         self.counts.duplicates = sum.duplicates;
         self.counts.late = jb.late;
         self.counts.concealed = jb.concealed;
+        let overflowed = jb.dropped_frames.saturating_sub(self.counts.overflowed);
+        if overflowed > 0 {
+            metrics::counter!(m::RTP_DROPPED, "why" => "overflow").increment(overflowed);
+        }
+        self.counts.overflowed = jb.dropped_frames;
         if let Ok(mut r) = self.report.lock() {
             *r = self.counts.clone();
         }
