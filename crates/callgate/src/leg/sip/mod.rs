@@ -14,6 +14,8 @@
 
 mod finish;
 pub mod media;
+#[cfg(test)]
+mod media_tests;
 pub mod ports;
 
 use std::net::IpAddr;
