@@ -25,6 +25,21 @@ fn saying(line: &str) -> SimConfig {
     sim
 }
 
+/// One call of `scenario` against a fresh server: what sipp saw and the
+/// call's closed ledger row (after which no port or permit is held).
+async fn one_call(
+    sim: SimConfig,
+    tweak: impl FnOnce(&mut callgate::config::Config),
+    scenario: &str,
+    o: SippOpts,
+) -> (callgate_tests::Harness, SippOutcome, callgate_tests::Ledger) {
+    let h = sip::start(sim, tweak).await;
+    let out = run(&h, scenario, o).await;
+    let l = sip::closed_calls(&h, 1).await.remove(0);
+    sip::assert_all_free(&h).await;
+    (h, out, l)
+}
+
 async fn run(h: &callgate_tests::Harness, scenario: &str, o: SippOpts) -> SippOutcome {
     let out = Sipp::uac(scenario, sip::addr(h), o).await.wait().await;
     out.assert_ok();
@@ -72,9 +87,14 @@ async fn cancel_before_the_answer_is_487_and_leaves_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callgate_sends_bye_when_the_bot_ends_the_call() {
-    let h = sip::start(saying("Thank you, goodbye."), |_| {}).await;
-    run(&h, "bye_from_server.xml", opts(60)).await;
-    let l = &sip::closed_calls(&h, 1).await[0];
+    let (h, _, l) = one_call(
+        saying("Thank you, goodbye."),
+        |_| {},
+        "bye_from_server.xml",
+        opts(60),
+    )
+    .await;
+    let l = &l;
     assert_eq!(
         l.end_reason.as_deref(),
         Some("bot_ended:caller_goodbye"),
@@ -89,14 +109,18 @@ async fn callgate_sends_bye_when_the_bot_ends_the_call() {
         .filter(|t| t.0 == "bot")
         .collect();
     assert!(bot.iter().any(|t| t.1.contains("Goodbye")), "{bot:?}");
-    sip::assert_all_free(&h).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_whose_rtp_stops_without_bye_is_hung_up_by_rtp_timeout() {
-    let h = sip::start(SimConfig::default(), |c| c.sip.rtp_timeout_ms = 2_000).await;
-    run(&h, "rtp_stop.xml", opts(60)).await;
-    let l = &sip::closed_calls(&h, 1).await[0];
+    let (h, _, l) = one_call(
+        SimConfig::default(),
+        |c| c.sip.rtp_timeout_ms = 2_000,
+        "rtp_stop.xml",
+        opts(60),
+    )
+    .await;
+    let l = &l;
     assert_eq!(
         l.end_reason.as_deref(),
         Some("rtp_timeout"),
@@ -113,18 +137,16 @@ async fn a_peer_whose_rtp_stops_without_bye_is_hung_up_by_rtp_timeout() {
             .await
             .contains("callgate_rtp_timeouts_total 1")
     );
-    sip::assert_all_free(&h).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_and_resume_are_answered_with_the_current_session() {
-    let h = sip::start(SimConfig::default(), |_| {}).await;
     let o = SippOpts {
         capture_rtp: true,
         ..opts(60)
     }
     .var("hold_ms", "3000");
-    let out = run(&h, "reinvite_hold.xml", o).await;
+    let (_, out, l) = one_call(SimConfig::default(), |_| {}, "reinvite_hold.xml", o).await;
     // The answers' directions are checked by the scenario (recvonly on
     // hold, sendrecv after); callgate sent nothing while held.
     let gap = longest_gap(&out);
@@ -132,14 +154,13 @@ async fn hold_and_resume_are_answered_with_the_current_session() {
         gap >= Duration::from_millis(2_500),
         "longest RTP gap {gap:?}"
     );
-    let l = &sip::closed_calls(&h, 1).await[0];
+    let l = &l;
     assert_eq!(
         l.end_reason.as_deref(),
         Some("caller_hangup"),
         "{:#}",
         l.stats
     );
-    sip::assert_all_free(&h).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,9 +206,8 @@ async fn a_reinvite_without_a_common_codec_gets_488_and_audio_goes_on() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rfc4733_digits_reach_the_call_once_each() {
-    let h = sip::start(SimConfig::default(), |_| {}).await;
-    run(&h, "dtmf_rfc4733.xml", opts(60)).await;
-    let l = &sip::closed_calls(&h, 1).await[0];
+    let (h, _, l) = one_call(SimConfig::default(), |_| {}, "dtmf_rfc4733.xml", opts(60)).await;
+    let l = &l;
     let kinds = h.event_kinds(l.call_id).await;
     let digits = kinds.iter().filter(|k| *k == "dtmf").count();
     assert_eq!(
@@ -200,21 +220,18 @@ async fn rfc4733_digits_reach_the_call_once_each() {
         l.stats
     );
     assert_eq!(l.end_reason.as_deref(), Some("caller_hangup"));
-    sip::assert_all_free(&h).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_info_digit_reaches_the_call() {
-    let h = sip::start(SimConfig::default(), |_| {}).await;
-    run(&h, "dtmf_info.xml", opts(60)).await;
-    let l = &sip::closed_calls(&h, 1).await[0];
+    let (h, _, l) = one_call(SimConfig::default(), |_| {}, "dtmf_info.xml", opts(60)).await;
+    let l = &l;
     let kinds = h.event_kinds(l.call_id).await;
     assert_eq!(
         kinds.iter().filter(|k| *k == "dtmf").count(),
         1,
         "{kinds:?}"
     );
-    sip::assert_all_free(&h).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

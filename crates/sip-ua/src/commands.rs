@@ -35,7 +35,8 @@ impl Endpoint {
             return Err(CommandError::Answered);
         };
         let tag = c.dialog.local_tag.clone();
-        let bytes = wire::response(&c.invite, 180, "Ringing", Some(&tag), &[], None);
+        let rr = record_routes(&c.invite);
+        let bytes = wire::response(&c.invite, 180, "Ringing", Some(&tag), &rr, None);
         *last = bytes.clone();
         let to = c.dialog.source;
         self.send(to, bytes);
@@ -52,12 +53,16 @@ impl Endpoint {
             return Err(CommandError::Answered);
         }
         let tag = c.dialog.local_tag.clone();
-        let extra = [
+        // RFC 3261 §12.1.1: a response that makes a dialog copies every
+        // Record-Route, in order, or a proxy's in-dialog requests (ACK,
+        // BYE) have no route back through it.
+        let mut extra = record_routes(&c.invite);
+        extra.extend([
             ("Contact", format!("<{contact}>")),
             ("Allow", crate::endpoint::ALLOW.to_string()),
             ("Supported", "replaces".to_string()),
             ("Server", server),
-        ];
+        ]);
         let body = Some(("application/sdp", sdp));
         let bytes = wire::response(&c.invite, 200, "OK", Some(&tag), &extra, body);
         let reliable = c.dialog.source.transport == Transport::Tcp;
@@ -265,4 +270,13 @@ impl Endpoint {
     fn contact(&self) -> String {
         format!("sip:callgate@{}", self.cfg.local)
     }
+}
+
+/// The request's `Record-Route` headers, in order, as a response copies them.
+fn record_routes(req: &wire::Framed) -> Vec<(&'static str, String)> {
+    req.headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("Record-Route"))
+        .map(|(_, v)| ("Record-Route", v.clone()))
+        .collect()
 }

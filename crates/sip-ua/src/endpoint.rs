@@ -183,70 +183,9 @@ impl Endpoint {
             });
             return false;
         }
-        // Responses go back along the Vias: each must be a whole value.
-        let vias: Vec<&str> = req
-            .headers
-            .iter()
-            .filter(|(n, _)| n == "Via")
-            .map(|(_, v)| v.as_str())
-            .collect();
-        if !vias.iter().all(|v| wire::valid_via(v)) {
-            let extra = [("Warning", "399 callgate \"malformed Via\"".to_string())];
-            self.send(
-                from,
-                wire::response(req, 400, "Bad Request", None, &extra, None),
-            );
-            return false;
-        }
-        if !["From", "To"]
-            .iter()
-            .all(|h| req.header(h).is_some_and(wire::valid_name_addr))
-        {
-            let extra = [(
-                "Warning",
-                "399 callgate \"malformed From or To\"".to_string(),
-            )];
-            self.send(
-                from,
-                wire::response(req, 400, "Bad Request", None, &extra, None),
-            );
-            return false;
-        }
-        // A UAS forwards nothing, so Max-Forwards is not its business (RFC
-        // 4475 §3.3.11); the CSeq method must be the request's (§3.1.2.17).
-        if req.cseq().is_none_or(|(_, m)| m != method) {
-            let extra = [(
-                "Warning",
-                "399 callgate \"CSeq method differs from the request's\"".to_string(),
-            )];
-            self.send(
-                from,
-                wire::response(req, 400, "Bad Request", None, &extra, None),
-            );
-            return false;
-        }
-        let scheme = match &req.start {
-            StartLine::Request { uri, .. } => uri
-                .split(':')
-                .next()
-                .unwrap_or_default()
-                .to_ascii_lowercase(),
-            StartLine::Response { .. } => String::new(),
-        };
-        if !matches!(scheme.as_str(), "sip" | "sips" | "tel") {
-            self.send(
-                from,
-                wire::response(req, 416, "Unsupported URI Scheme", None, &[], None),
-            );
-            return false;
-        }
-        let required: Vec<&str> = req.header_values("Require");
-        if !required.is_empty() && method != "CANCEL" {
-            let extra = [("Unsupported", required.join(", "))];
-            self.send(
-                from,
-                wire::response(req, 420, "Bad Extension", None, &extra, None),
-            );
+        if let Some((code, extra)) = refusal(req, method) {
+            let bytes = wire::response(req, code, wire::reason(code), None, &extra, None);
+            self.send(from, bytes);
             return false;
         }
         true
@@ -623,6 +562,48 @@ impl Endpoint {
         let answered = self.answered.values().map(|(_, _, until)| *until);
         calls.chain(pending).chain(answered).min()
     }
+}
+
+/// Why a framed request is refused before its method is looked at, with
+/// the headers that say so.
+fn refusal(req: &Framed, method: &str) -> Option<(u16, Vec<(&'static str, String)>)> {
+    let warn = |text: &str| vec![("Warning", format!("399 callgate \"{text}\""))];
+    // Responses go back along the Vias: each must be a whole value.
+    if !req
+        .headers
+        .iter()
+        .filter(|(n, _)| n == "Via")
+        .all(|(_, v)| wire::valid_via(v))
+    {
+        return Some((400, warn("malformed Via")));
+    }
+    if !["From", "To"]
+        .iter()
+        .all(|h| req.header(h).is_some_and(wire::valid_name_addr))
+    {
+        return Some((400, warn("malformed From or To")));
+    }
+    // A UAS forwards nothing, so Max-Forwards is not its business (RFC
+    // 4475 §3.3.11); the CSeq method must be the request's (§3.1.2.17).
+    if req.cseq().is_none_or(|(_, m)| m != method) {
+        return Some((400, warn("CSeq method differs from the request's")));
+    }
+    let scheme = match &req.start {
+        StartLine::Request { uri, .. } => uri
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase(),
+        StartLine::Response { .. } => String::new(),
+    };
+    if !matches!(scheme.as_str(), "sip" | "sips" | "tel") {
+        return Some((416, Vec::new()));
+    }
+    let required: Vec<&str> = req.header_values("Require");
+    if !required.is_empty() && method != "CANCEL" {
+        return Some((420, vec![("Unsupported", required.join(", "))]));
+    }
+    None
 }
 
 /// The transaction key of a request: the top Via's branch and sent-by

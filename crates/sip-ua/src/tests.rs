@@ -359,3 +359,20 @@ fn malformed_messages_get_400_when_answerable_and_are_reported() {
     assert_eq!(drain(&mut ep), (vec![], vec![]), "keep-alive");
     assert_eq!(ep.calls(), 0);
 }
+
+#[test]
+fn dialog_making_responses_copy_record_route_in_order() {
+    let (mut ep, t0) = (endpoint(), Instant::now());
+    let rr = "Record-Route: <sip:10.0.0.1;lr;ftag=x>\r\nRecord-Route: <sip:10.0.0.2;lr>\r\n";
+    let inv = invite("z9hG4bK1", "c1")
+        .replace("Max-Forwards: 70\r\n", &format!("Max-Forwards: 70\r\n{rr}"));
+    ep.receive(inv.as_bytes(), peer(), t0);
+    let Event::Invite { call, .. } = drain(&mut ep).1[0].clone() else {
+        panic!()
+    };
+    ep.ringing(call).unwrap();
+    ep.accept(call, b"v=0\r\n", t0).unwrap();
+    for reply in drain(&mut ep).0 {
+        assert!(reply.contains(rr), "{reply}");
+    }
+}

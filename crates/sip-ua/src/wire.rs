@@ -444,6 +444,7 @@ pub fn reason(code: u16) -> &'static str {
         404 => "Not Found",
         405 => "Method Not Allowed",
         415 => "Unsupported Media Type",
+        416 => "Unsupported URI Scheme",
         420 => "Bad Extension",
         481 => "Call/Transaction Does Not Exist",
         483 => "Too Many Hops",

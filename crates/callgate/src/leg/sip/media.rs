@@ -349,14 +349,8 @@ impl MediaTask {
         };
         let mut pkt = Vec::with_capacity(12 + payload.len());
         self.sender.audio(&payload, talkspurt, &mut pkt);
-        if self
-            .lease
-            .rtp
-            .try_send_to(&pkt, self.params.remote_rtp)
-            .is_ok()
-        {
-            self.counts.packets_out += 1;
-        }
+        // A full socket buffer drops the packet (not counted as sent).
+        self.counts.packets_out += u64::from(send(&self.lease.rtp, &pkt, self.params.remote_rtp));
     }
 
     /// Gives the call one frame: the jitter buffer's, or silence.
@@ -475,14 +469,7 @@ impl MediaTask {
         });
         let mut buf = Vec::with_capacity(128);
         rtcp::write_report(&mut buf, info, self.ssrc, &blocks, "callgate");
-        if self
-            .lease
-            .rtcp
-            .try_send_to(&buf, self.params.remote_rtcp)
-            .is_ok()
-        {
-            self.counts.rtcp_sent += 1;
-        }
+        self.counts.rtcp_sent += u64::from(send(&self.lease.rtcp, &buf, self.params.remote_rtcp));
     }
 
     /// Copies the counts where the leg reads them.
@@ -505,6 +492,11 @@ impl MediaTask {
             *r = self.counts.clone();
         }
     }
+}
+
+/// Sends one datagram without waiting; whether it went.
+fn send(sock: &tokio::net::UdpSocket, bytes: &[u8], to: SocketAddr) -> bool {
+    sock.try_send_to(bytes, to).is_ok()
 }
 
 /// A jitter buffer whose gaps are the wire codec's silence (0xFF is
