@@ -280,3 +280,12 @@ async fn an_escalation_is_a_refer_to_the_human_queue_then_bye() {
     );
     sip::assert_all_free(&h).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_is_503_when_no_capacity_is_free() {
+    let h = sip::start(SimConfig::default(), |c| {
+        c.admission.max_concurrent_calls = callgate::config::MaxCalls::Pinned(0);
+    })
+    .await;
+    run(&h, "options_503.xml", opts(10)).await;
+}

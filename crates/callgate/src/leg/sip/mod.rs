@@ -167,7 +167,12 @@ impl SipLeg {
     fn on_signal(&mut self, s: Signal) -> Option<LegEvent> {
         match s {
             Signal::Cancelled | Signal::Bye => Some(LegEvent::Hangup),
-            Signal::AckTimeout => Some(LegEvent::Gone("no ACK for our 200 OK".into())),
+            // RFC 3261 §13.3.1.4: a UAS whose 2xx is never ACKed ends the
+            // dialog with BYE (a violation is finished by BYE here).
+            Signal::AckTimeout => Some(LegEvent::Violation(super::Violation {
+                kind: "no_ack",
+                detail: "no ACK for our 200 OK within 64·T1".into(),
+            })),
             Signal::Dtmf(d) => Some(LegEvent::Dtmf(d)),
             Signal::Reinvite { txn, offer } => {
                 self.reinvite(txn, &offer);
