@@ -376,3 +376,32 @@ fn dialog_making_responses_copy_record_route_in_order() {
         assert!(reply.contains(rr), "{reply}");
     }
 }
+
+/// The races of a call's start: a CANCEL that loses to our 200 changes
+/// nothing (`200` to the CANCEL only), and a BYE before the ACK ends the
+/// call all the same.
+#[test]
+fn cancel_after_the_answer_and_bye_before_the_ack() {
+    let (mut ep, t0) = (endpoint(), Instant::now());
+    ep.receive(invite("z9hG4bK1", "c1").as_bytes(), peer(), t0);
+    let Event::Invite { call, .. } = drain(&mut ep).1[0].clone() else {
+        panic!()
+    };
+    ep.accept(call, b"v=0\r\n", t0).unwrap();
+    let tag = to_tag(&drain(&mut ep).0[0]);
+    let cancel = invite("z9hG4bK1", "c1")
+        .replace("CSeq: 1 INVITE", "CSeq: 1 CANCEL")
+        .replacen("INVITE sip", "CANCEL sip", 1);
+    ep.receive(cancel.as_bytes(), peer(), t0);
+    let (sent, events) = drain(&mut ep);
+    assert_eq!(
+        (sent.iter().map(|s| status(s)).collect::<Vec<_>>(), events),
+        (vec![200], vec![])
+    );
+    let bye = in_dialog("BYE", 2, "z9hG4bKb", "c1", &tag, "", "");
+    ep.receive(bye.as_bytes(), peer(), t0);
+    let (sent, events) = drain(&mut ep);
+    assert_eq!((status(&sent[0]), events), (200, vec![Event::Bye { call }]));
+    ep.release(call, t0);
+    assert_eq!(ep.calls(), 0);
+}
