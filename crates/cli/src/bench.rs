@@ -61,6 +61,7 @@ mod receipts;
 mod rig;
 mod row;
 mod sampler;
+mod sip;
 
 use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
@@ -92,6 +93,9 @@ pub enum Scenario {
     /// speak into the greeting, then do normal turns; onset → clear, bot
     /// audio after onset, callgate's own share of turn latency.
     Interaction(interaction::InteractionArgs),
+    /// Per-call server CPU and RSS on the SIP path (sipp) beside the
+    /// Twilio path (the load tool), N calls at once.
+    Sip(sip::SipArgs),
 }
 
 /// How the calls of a run arrive within `--arrival-s`.
@@ -247,6 +251,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     match args.scenario {
         Scenario::Incident(a) => incident(a).await,
         Scenario::Interaction(a) => interaction::run(a).await,
+        Scenario::Sip(a) => sip::run(a).await,
     }
 }
 
@@ -376,7 +381,7 @@ mod tests {
         full.extend_from_slice(argv);
         match Cmd::try_parse_from(full).unwrap().scenario {
             Scenario::Incident(a) => a,
-            Scenario::Interaction(_) => unreachable!("parsed `incident`"),
+            Scenario::Interaction(_) | Scenario::Sip(_) => unreachable!("parsed `incident`"),
         }
     }
 

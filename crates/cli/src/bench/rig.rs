@@ -1,14 +1,16 @@
 //! The bench's rig: `callgate_rig::Processes` (Postgres, and the
 //! simulators and the server as child processes) with the bench's ceilings
 //! written into both, plus the few things the bench asks of it (idle?, CPU
-//! ticks, the server's Postgres rows, a sampler).
+//! ticks, the server's Postgres rows, a sampler). [`Rig::start_with_sip`]
+//! also turns on the server's SIP/RTP ingress.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
-use callgate::config::{Config, MaxCalls};
-use callgate_rig::{Database, ProcessOptions, Processes};
+use callgate::config::{Config, MaxCalls, SipOverflow};
+use callgate_rig::{ChildProcess, Database, ProcessOptions, Processes};
 use callgate_sim::SimConfig;
 use state_store::{LocalOptions, Store, StoreConfig};
 
@@ -27,6 +29,10 @@ const SERVER_DRAIN_S: u64 = 10;
 const BENCH_POOL_SIZE: usize = 2;
 /// Bound on connecting to Postgres and on each of the bench's queries.
 const DB_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an idle server may take to drain and exit on a restart.
+const SERVER_RESTART_GRACE: Duration = Duration::from_secs(30);
+/// How long a restarted server may take to answer `/readyz`.
+const SERVER_RESTART_READY: Duration = Duration::from_secs(60);
 
 /// The ceilings and admission settings: the simulators enforce the provider
 /// caps and the server is configured with the same numbers.
@@ -113,6 +119,59 @@ impl Caps {
     }
 }
 
+/// The server's SIP/RTP ingress as a bench turns it on: UDP and TCP on a
+/// loopback port found free before the server child starts (the child
+/// binds it, so it must be fixed and known up front), RTP from a range of
+/// its own, and `503` for a refused call (which sipp counts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SipListener {
+    addr: SocketAddr,
+    rtp_port_min: u16,
+    rtp_port_max: u16,
+}
+
+impl SipListener {
+    /// A loopback port free for both UDP and TCP (bound as port 0, then
+    /// released for the child to bind), and `pairs` RTP port pairs from
+    /// `rtp_port_min` (the server skips a port another process holds).
+    ///
+    /// # Errors
+    /// No such port was found, or the range does not fit below 65536.
+    fn on_free_port(rtp_port_min: u16, pairs: u16) -> anyhow::Result<SipListener> {
+        let rtp_port_max = u32::from(rtp_port_min) + 2 * u32::from(pairs.max(1)) - 1;
+        let rtp_port_max = u16::try_from(rtp_port_max)
+            .ok()
+            .filter(|_| rtp_port_min >= 1024)
+            .context("the SIP bench's RTP range must lie within 1024..=65535")?;
+        Ok(SipListener {
+            addr: SocketAddr::from((Ipv4Addr::LOCALHOST, free_udp_and_tcp_port()?)),
+            rtp_port_min,
+            rtp_port_max,
+        })
+    }
+
+    /// Writes the ingress into the server's configuration.
+    fn apply(&self, cfg: &mut Config) {
+        cfg.sip.enabled = true;
+        cfg.sip.listen = self.addr;
+        cfg.sip.rtp_port_min = self.rtp_port_min;
+        cfg.sip.rtp_port_max = self.rtp_port_max;
+        cfg.sip.overflow = SipOverflow::Reject;
+    }
+}
+
+/// A loopback port that both a UDP socket and a TCP listener could bind.
+fn free_udp_and_tcp_port() -> anyhow::Result<u16> {
+    for _ in 0..100 {
+        let udp = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+        let port = udp.local_addr()?.port();
+        if std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no loopback port free for both UDP and TCP")
+}
+
 /// CPU ticks of the three processes at one instant.
 #[derive(Debug, Clone, Copy)]
 pub struct Ticks {
@@ -139,6 +198,8 @@ pub struct Rig {
     /// The configuration the server was started with, as JSON (what a
     /// bench's verdict needs to know of it, e.g. barge-in settings).
     pub server_config: serde_json::Value,
+    /// The SIP ingress, when the rig was started with one.
+    sip: Option<SipListener>,
 }
 
 impl Rig {
@@ -149,6 +210,25 @@ impl Rig {
     /// # Errors
     /// Any piece could not be started or did not become ready.
     pub async fn start(caps: &Caps) -> anyhow::Result<Rig> {
+        Self::launch(caps, None).await
+    }
+
+    /// [`Rig::start`], with the server's SIP ingress on as well: a free
+    /// loopback port ([`Rig::sip_addr`]) and `rtp_pairs` RTP port pairs
+    /// from `rtp_port_min` ([`SipListener::on_free_port`]).
+    ///
+    /// # Errors
+    /// As [`Rig::start`], or no SIP port or RTP range could be had.
+    pub async fn start_with_sip(
+        caps: &Caps,
+        rtp_port_min: u16,
+        rtp_pairs: u16,
+    ) -> anyhow::Result<Rig> {
+        let sip = SipListener::on_free_port(rtp_port_min, rtp_pairs)?;
+        Self::launch(caps, Some(sip)).await
+    }
+
+    async fn launch(caps: &Caps, sip: Option<SipListener>) -> anyhow::Result<Rig> {
         let instance = format!("bench-{}", std::process::id());
         let database = Database::from_env_or_local(LocalOptions {
             max_connections: PG_MAX_CONNECTIONS,
@@ -163,6 +243,9 @@ impl Rig {
         let mut server_config = serde_json::Value::Null;
         let procs = Processes::start(database, opts, |cfg| {
             caps.apply(cfg);
+            if let Some(sip) = &sip {
+                sip.apply(cfg);
+            }
             server_config = serde_json::to_value(&*cfg).unwrap_or_default();
         })
         .await?;
@@ -184,6 +267,7 @@ impl Rig {
             clock_ticks: procfs::clock_ticks_per_second(),
             generator_nice: 0,
             server_config,
+            sip,
         };
         rig.read_capacity(caps).await?;
         Ok(rig)
@@ -214,6 +298,68 @@ impl Rig {
     /// The server's Twilio media-stream URL.
     pub fn media_url(&self) -> String {
         self.procs.media_url()
+    }
+
+    /// The server's SIP listener, when started with one.
+    pub fn sip_addr(&self) -> Option<SocketAddr> {
+        self.sip.map(|s| s.addr)
+    }
+
+    /// The server's database, for the bench's own read-only queries.
+    pub fn conninfo(&self) -> &str {
+        self.procs.database().conninfo()
+    }
+
+    /// The server's instance name (`call_ledger.owner_instance`).
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Lowers the load generator's (this process's) CPU priority by `nice`
+    /// (see `priority`); children started later inherit it.
+    ///
+    /// # Errors
+    /// `renice` is missing or refused.
+    pub fn lower_generator_priority(&mut self, nice: u8) -> anyhow::Result<()> {
+        self.generator_nice = super::priority::lower_own(nice)?;
+        Ok(())
+    }
+
+    /// Stops the server (SIGTERM: it drains and flushes) and starts a fresh
+    /// one on the same configuration file and ports, logging to
+    /// `server-<n>.log`, so a run's memory is measured from a fresh
+    /// process: an allocator keeps freed memory, so after one run the next
+    /// one's RSS would mostly reuse it.
+    ///
+    /// # Errors
+    /// The server did not exit, or the new one did not become ready.
+    pub async fn restart_server(&mut self, n: usize) -> anyhow::Result<()> {
+        let server = &mut self.procs.server;
+        server.signal("TERM").await?;
+        server.wait_exit(SERVER_RESTART_GRACE).await?;
+        let dir = self.procs.dir();
+        let args = [
+            "serve".to_string(),
+            "--config".into(),
+            dir.join("server.toml").display().to_string(),
+        ];
+        let exe = std::env::current_exe().context("locating the callgate binary")?;
+        let log = dir.join(format!("server-{n}.log"));
+        self.procs.server = ChildProcess::spawn("server", &exe, &args, log)?;
+        let ready = format!("{}/readyz", self.procs.base_url());
+        let http = self.procs.http().clone();
+        self.procs
+            .server
+            .wait_ready(&http, &ready, SERVER_RESTART_READY)
+            .await
+    }
+
+    /// The server's resident memory now, in KiB.
+    ///
+    /// # Errors
+    /// The server process is gone.
+    pub fn server_rss_kib(&self) -> anyhow::Result<u64> {
+        procfs::rss_kib(self.procs.server.pid()).context("server RSS")
     }
 
     /// Waits until the server is idle (see [`is_idle`]).
@@ -263,12 +409,26 @@ impl Rig {
         Resources,
         (SystemTime, SystemTime),
     )> {
+        self.measure(settle, callgate_load::run(cfg)).await
+    }
+
+    /// [`Rig::offer`] for any load generator: waits for an idle server,
+    /// runs `load` to its end, waits for the server to finish the calls,
+    /// and says what the processes used while sampling the server's RSS.
+    ///
+    /// # Errors
+    /// A child died, a process is gone, or the server did not settle.
+    pub async fn measure<T>(
+        &mut self,
+        settle: Duration,
+        load: impl Future<Output = T>,
+    ) -> anyhow::Result<(T, Resources, (SystemTime, SystemTime))> {
         self.wait_idle(settle).await?;
         let from = SystemTime::now();
         let before = self.cpu_ticks()?;
         let started = std::time::Instant::now();
         let sampler = self.sampler();
-        let load = callgate_load::run(cfg).await;
+        let load = load.await;
         let settled = self.wait_idle(settle).await;
         let peaks = sampler.finish().await;
         settled?;
@@ -387,6 +547,28 @@ mod tests {
         assert_eq!(cfg.stt.url, format!("ws://{}/v1/listen", sims.stt));
         assert_eq!(cfg.log.filter, "warn");
         assert_eq!(caps().expected_capacity(), 220);
+    }
+
+    #[test]
+    fn a_sip_listener_is_loopback_with_its_own_rtp_range() {
+        let sip = SipListener::on_free_port(20_000, 225).unwrap();
+        assert!(sip.addr.ip().is_loopback() && sip.addr.port() != 0);
+        assert_eq!((sip.rtp_port_min, sip.rtp_port_max), (20_000, 20_449));
+        assert!(
+            SipListener::on_free_port(65_000, 1_000).is_err(),
+            "past 65535"
+        );
+        assert!(
+            SipListener::on_free_port(80, 10).is_err(),
+            "privileged ports"
+        );
+        let mut cfg = Config::default();
+        sip.apply(&mut cfg);
+        let cfg: Config = toml::from_str(&toml::to_string(&cfg).unwrap()).unwrap();
+        cfg.validate().unwrap();
+        assert!(cfg.sip.enabled);
+        assert_eq!(cfg.sip.listen, sip.addr);
+        assert_eq!(cfg.sip.overflow, SipOverflow::Reject);
     }
 
     #[test]
