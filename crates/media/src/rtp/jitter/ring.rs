@@ -1,5 +1,5 @@
 //! The jitter buffer's storage: a fixed ring of frame slots starting at the
-//! playout point, written sample by sample at timestamp offsets.
+//! playout point, written at timestamp offsets (a span per slot).
 //!
 //! Slot 0 is the frame to play next. The ring never grows: it holds
 //! exactly `max_depth` frames, allocated once, and audio outside them is
@@ -38,6 +38,25 @@ impl Slot {
             self.filled = 0;
         }
         self.arrival = None;
+    }
+
+    /// Writes `bytes` from sample `pos` on: into an empty slot as one copy
+    /// (the common case: one packet per frame), else sample by sample so
+    /// that samples already there stay (the first copy wins).
+    fn put_span(&mut self, pos: usize, bytes: &[u8], arrival: Instant) {
+        if bytes.is_empty() {
+            return;
+        }
+        if self.filled == 0 {
+            self.data[pos..pos + bytes.len()].copy_from_slice(bytes);
+            self.have[pos..pos + bytes.len()].fill(true);
+            self.filled = bytes.len() as u32;
+            self.arrival.get_or_insert(arrival);
+            return;
+        }
+        for (i, b) in bytes.iter().enumerate() {
+            self.put(pos + i, *b, arrival);
+        }
     }
 
     /// Writes one sample unless one is there already (the first copy wins).
@@ -122,10 +141,15 @@ impl Ring {
         let len = payload.len() as i64;
         let from = (-offset).clamp(0, len);
         let to = (self.capacity() - offset).clamp(from, len);
-        for i in from..to {
+        // One span per slot the payload covers.
+        let mut i = from;
+        while i < to {
             let at = (offset + i) as usize;
-            let slot = &mut self.slots[at / self.frame];
-            slot.put(at % self.frame, payload[i as usize], arrival);
+            let pos = at % self.frame;
+            let n = (self.frame - pos).min((to - i) as usize);
+            let span = &payload[i as usize..i as usize + n];
+            self.slots[at / self.frame].put_span(pos, span, arrival);
+            i += n as i64;
         }
         if to > from {
             // Every sample in from..to is there now, written or kept.
