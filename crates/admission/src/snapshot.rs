@@ -100,6 +100,11 @@ pub struct GateSnapshot {
     pub released_total: u64,
     /// Waiters that gave up (ticket dropped) while still queued.
     pub cancelled_total: u64,
+    /// Grants whose ticket was dropped before it was claimed (the caller
+    /// left as its slot came free): counted in `admitted_total` and
+    /// `released_total` at once, never a call. Admissions that became
+    /// calls are `admitted_total - unclaimed_total`.
+    pub unclaimed_total: u64,
     /// Rejections per reason.
     pub rejected_total: RejectCounts,
     /// Every partner with a quota entry or with calls in the gate, in id order:

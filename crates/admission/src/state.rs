@@ -109,6 +109,7 @@ pub(crate) struct State {
     admitted_total: u64,
     released_total: u64,
     cancelled_total: u64,
+    unclaimed_total: u64,
     rejected: RejectCounts,
 }
 
@@ -129,6 +130,7 @@ impl State {
             admitted_total: 0,
             released_total: 0,
             cancelled_total: 0,
+            unclaimed_total: 0,
             rejected: RejectCounts::default(),
         }
     }
@@ -321,8 +323,15 @@ impl State {
             return;
         }
         if let Some(Resolution::Granted(grant)) = self.resolved.remove(&id) {
+            self.unclaimed_total = self.unclaimed_total.saturating_add(1);
             self.release_slot(&grant.slot, None, wake);
         }
+    }
+
+    /// A ticket granted at enqueue was dropped unclaimed: its permit, dropped
+    /// next, releases the slot; this only counts it.
+    pub(crate) fn count_unclaimed(&mut self) {
+        self.unclaimed_total = self.unclaimed_total.saturating_add(1);
     }
 
     /// A waiter left the queue without a grant (cancelled, timed out, rejected):
@@ -481,6 +490,7 @@ impl State {
             admitted_total: self.admitted_total,
             released_total: self.released_total,
             cancelled_total: self.cancelled_total,
+            unclaimed_total: self.unclaimed_total,
             rejected_total: self.rejected,
             partners: self.partners.loads(
                 &self.config.partner_quotas,

@@ -138,9 +138,13 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         // A `Granted` stage drops its permit right after this, which releases the
         // slot through the permit's own `Drop`.
-        if matches!(self.stage, Stage::Waiting) {
-            let id = self.id;
-            self.gate.with(|s, wake| s.cancel_ticket(id, wake));
+        match self.stage {
+            Stage::Waiting => {
+                let id = self.id;
+                self.gate.with(|s, wake| s.cancel_ticket(id, wake));
+            }
+            Stage::Granted(_) => self.gate.with(|s, _| s.count_unclaimed()),
+            Stage::Finished => {}
         }
     }
 }

@@ -32,6 +32,11 @@ fn dropping_a_granted_but_unpolled_ticket_passes_the_slot_on() {
         (snap.active, snap.admitted_total, snap.released_total),
         (1, 3, 2)
     );
+    assert_eq!(
+        (snap.unclaimed_total, snap.cancelled_total),
+        (1, 0),
+        "the dropped grant is counted as unclaimed, not as a cancelled wait"
+    );
     drop(permit);
     assert_eq!(gate.snapshot().active, 0);
     assert_balanced(&gate);
@@ -44,7 +49,8 @@ fn dropping_a_ticket_granted_at_enqueue_frees_the_slot() {
     assert!(ticket.is_granted());
     assert_eq!(gate.snapshot().active, 1);
     drop(ticket);
-    assert_eq!(gate.snapshot().active, 0);
+    let snap = gate.snapshot();
+    assert_eq!((snap.active, snap.unclaimed_total), (0, 1));
     let _again = gate.try_admit(t0).unwrap();
     assert_balanced(&gate);
 }
@@ -60,7 +66,10 @@ fn cancelling_a_waiting_ticket_leaves_the_queue() {
     );
     drop(ticket);
     let snap = gate.snapshot();
-    assert_eq!((snap.queued, snap.cancelled_total), (0, 1));
+    assert_eq!(
+        (snap.queued, snap.cancelled_total, snap.unclaimed_total),
+        (0, 1, 0)
+    );
     let mut next = gate.enqueue(t0).unwrap(); // the place is free again
     drop(held);
     let _permit = ready(&mut next).unwrap();
