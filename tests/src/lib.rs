@@ -7,7 +7,9 @@
 //! WebSockets and gRPC and to a real Postgres cluster started from the
 //! system's binaries. A test that cannot start Postgres fails loudly.
 
+pub mod haproxy;
 pub mod kamailio;
+mod process;
 pub mod raw;
 pub mod sip;
 pub mod sipp;
@@ -230,6 +232,21 @@ impl Harness {
             .collect()
     }
 
+    /// Every refusal recorded for this instance, by reason (the refusal log
+    /// writes in batches: poll when a count must be complete).
+    pub async fn rejection_reasons(&self) -> Vec<String> {
+        self.db
+            .query(
+                "SELECT reason FROM admission_rejections WHERE instance = $1",
+                &[&self.instance],
+            )
+            .await
+            .expect("query admission_rejections")
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
     /// Refused calls recorded for a Twilio call sid: reasons.
     pub async fn rejections(&self, call_sid: &str) -> Vec<String> {
         self.db
@@ -295,6 +312,32 @@ impl Harness {
             .expect("stop the simulators");
         assert_eq!(left.calls, 0, "calls left running at shutdown");
     }
+}
+
+/// A second server against the harness's Postgres and simulators: the
+/// same configuration (then `tweak`) but its own instance name, loopback
+/// listeners (HTTP, SIP, agent: ports the OS chooses) and a disjoint RTP
+/// range. Returns it and its instance name; stop it with `shutdown`.
+pub async fn second_instance(h: &Harness, tweak: impl FnOnce(&mut Config)) -> (Running, String) {
+    let mut cfg = (*h.server.app.cfg()).clone();
+    let name = format!("{}-b", h.instance);
+    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    cfg.server.instance = name.clone();
+    cfg.server.listen = loopback;
+    cfg.sip.listen = loopback;
+    cfg.agent.listen = loopback;
+    // The first range lies within 40000..60000: 10000 away is disjoint.
+    let (min, max) = (cfg.sip.rtp_port_min, cfg.sip.rtp_port_max);
+    (cfg.sip.rtp_port_min, cfg.sip.rtp_port_max) = if min >= 50_000 {
+        (min - 10_000, max - 10_000)
+    } else {
+        (min + 10_000, max + 10_000)
+    };
+    tweak(&mut cfg);
+    let running = callgate::server::start(cfg, None)
+        .await
+        .expect("start the second instance");
+    (running, name)
 }
 
 /// A load configuration for `calls` calls against the harness.

@@ -34,7 +34,7 @@ use callgate::server::Running;
 use callgate_sim::SimConfig;
 use callgate_tests::kamailio::{DsState, HarnessError, KamOpts, Kamailio, free_udp_addrs};
 use callgate_tests::sipp::{Sipp, SippOpts, SippOutcome, SippRun};
-use callgate_tests::{Harness, eventually, sip};
+use callgate_tests::{Harness, eventually, second_instance, sip};
 
 /// Overlapping calls placed while both instances are in rotation.
 const SPREAD_CALLS: u32 = 8;
@@ -326,7 +326,7 @@ impl Pool {
     /// `[A, B]` as dispatcher set 1 (on equal load, A is chosen).
     async fn start() -> Pool {
         let h = sip::start(SimConfig::default(), |_| {}).await;
-        let (b, b_name) = second_instance(&h).await;
+        let (b, b_name) = second_instance(&h, |_| {}).await;
         let (a_sip, b_sip) = (sip_addr(&h.server), sip_addr(&b));
         let opts = KamOpts::default();
         let probe_interval = Duration::from_secs(opts.ping_interval_s.into());
@@ -389,28 +389,6 @@ impl Pool {
         drop(self.kam);
         self.h.stop().await;
     }
-}
-
-/// A second server against the first one's Postgres and simulators: the
-/// same configuration but its own instance name, listeners and RTP range.
-async fn second_instance(h: &Harness) -> (Running, String) {
-    let mut cfg = (*h.server.app.cfg()).clone();
-    let name = format!("{}-b", h.instance);
-    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-    cfg.server.instance = name.clone();
-    cfg.server.listen = loopback;
-    cfg.sip.listen = loopback;
-    // The first range lies within 40000..60000: 10000 away is disjoint.
-    let (min, max) = (cfg.sip.rtp_port_min, cfg.sip.rtp_port_max);
-    (cfg.sip.rtp_port_min, cfg.sip.rtp_port_max) = if min >= 50_000 {
-        (min - 10_000, max - 10_000)
-    } else {
-        (min + 10_000, max + 10_000)
-    };
-    let running = callgate::server::start(cfg, None)
-        .await
-        .expect("start the second instance");
-    (running, name)
 }
 
 /// Runs a blocking harness call off the runtime's threads.

@@ -34,6 +34,12 @@ pub struct App {
     /// Every call task, so a drain can wait for them all.
     pub calls: TaskTracker,
     pub counters: Counters,
+    /// What the load balancer was last told (`routing_reported_sessions`).
+    pub routing: crate::reconcile::RoutingReport,
+    /// The calls running here, by id, for reconciliation receipts.
+    pub live: crate::reconcile::LiveCalls,
+    /// The reconciler's latest tick, for `/admin/status`.
+    pub reconcile: crate::reconcile::task::Latest,
 }
 
 /// Process counters that are not in the gate.
@@ -45,6 +51,10 @@ pub struct Counters {
     pub setting_up: AtomicU64,
     /// Admitted calls whose bot is speaking right now.
     pub speaking: AtomicU64,
+    /// Admitted calls with at least one tool call running.
+    pub delegating: AtomicU64,
+    /// Admitted calls with a provider reconnecting or a transfer in progress.
+    pub recovering: AtomicU64,
 }
 
 impl Counters {
@@ -82,6 +92,17 @@ impl OwnedGauge {
     /// Counts one more call whose bot is speaking, until dropped.
     pub fn speaking(app: Arc<App>) -> Self {
         Self::hold(app, |c| &c.speaking)
+    }
+
+    /// Counts one more call with a tool running, until dropped.
+    pub fn delegating(app: Arc<App>) -> Self {
+        Self::hold(app, |c| &c.delegating)
+    }
+
+    /// Counts one more call reconnecting a provider or handing off, until
+    /// dropped.
+    pub fn recovering(app: Arc<App>) -> Self {
+        Self::hold(app, |c| &c.recovering)
     }
 
     fn hold(app: Arc<App>, pick: fn(&Counters) -> &AtomicU64) -> Self {
@@ -125,6 +146,9 @@ impl App {
             hard_stop: CancellationToken::new(),
             calls: TaskTracker::new(),
             counters: Counters::default(),
+            routing: crate::reconcile::RoutingReport::default(),
+            live: crate::reconcile::LiveCalls::default(),
+            reconcile: crate::reconcile::task::Latest::default(),
         })
     }
 

@@ -15,7 +15,13 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use reconnect::ReconnectPolicy;
 use serde::{Deserialize, Serialize};
 
+mod agent;
+mod ledger;
+mod receipt;
 mod sip;
+pub use agent::AgentConfig;
+pub use ledger::{LedgerConfig, PressureConfig};
+pub use receipt::{MAX_LABEL_KEY_BYTES, MAX_LABEL_VALUE_BYTES, ReceiptConfig, RetentionConfig};
 pub use sip::{SipConfig, SipOverflow};
 
 /// The whole configuration.
@@ -37,9 +43,17 @@ pub struct Config {
     pub overflow: OverflowConfig,
     pub call: CallConfig,
     pub retention: RetentionConfig,
+    /// What a receipt records about the call's origin.
+    pub receipt: ReceiptConfig,
     pub log: LogConfig,
     /// The SIP/RTP ingress.
     pub sip: SipConfig,
+    /// The counter reconciler (`reconcile`).
+    pub ledger: LedgerConfig,
+    /// Committed-pressure weights.
+    pub pressure: PressureConfig,
+    /// The HAProxy agent-check responder (`agent`).
+    pub agent: AgentConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -442,23 +456,6 @@ impl Default for CallConfig {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct RetentionConfig {
-    /// Transcripts and slots older than this are deleted (0 = keep forever).
-    pub transcript_days: u32,
-    pub purge_interval_s: u64,
-}
-
-impl Default for RetentionConfig {
-    fn default() -> Self {
-        RetentionConfig {
-            transcript_days: 30,
-            purge_interval_s: 3_600,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     /// `text` or `json`.
     pub format: String,
@@ -539,6 +536,11 @@ impl Config {
             );
         }
         self.sip.validate().map_err(ConfigError::Invalid)?;
+        self.ledger.validate().map_err(ConfigError::Invalid)?;
+        self.pressure.validate().map_err(ConfigError::Invalid)?;
+        self.receipt.validate().map_err(ConfigError::Invalid)?;
+        self.retention.validate().map_err(ConfigError::Invalid)?;
+        self.agent.validate().map_err(ConfigError::Invalid)?;
         if self.tts.keepalive_ms == 0 {
             return bad("tts.keepalive_ms must be positive");
         }

@@ -32,12 +32,15 @@ pub async fn run(app: Arc<App>, deadline: Instant) -> u64 {
 /// Closes admission now: from its return on, the gate refuses and
 /// readiness fails. Safe to call again.
 pub fn begin(app: &App) {
+    let first = !app.gate.is_draining();
     app.gate.start_drain(Instant::now());
     metrics::gauge!(crate::metrics::DRAINING).set(1.0);
-    info!(
-        in_progress = calls_in_progress(app),
-        "drain started: admission closed"
-    );
+    let in_progress = calls_in_progress(app);
+    info!(in_progress, "drain started: admission closed");
+    if first {
+        // Stamped after admission closed; spawned and bounded, never awaited.
+        crate::audit_http::record_draining(app, serde_json::json!({ "in_progress": in_progress }));
+    }
 }
 
 /// After [`begin`]: lets calls finish until `deadline`, then ends the rest.

@@ -1,6 +1,6 @@
 //! The HTTP surface: the media-stream endpoint, health, metrics, admin.
 //!
-//! `/admin/*` is closed by default: without a configured
+//! `/admin/*` (and `/v1/sessions/{id}`, a receipt) is closed by default: without a configured
 //! `server.admin_token` only loopback peers are served; once a token is
 //! configured every request needs `Authorization: Bearer <token>` — from
 //! loopback too, since behind a reverse proxy on the same host every
@@ -28,8 +28,11 @@ use crate::{drain, ingress};
 pub fn router(app: Arc<App>) -> Router {
     let admin = Router::new()
         .route("/admin/status", get(status))
+        // A receipt is admin data: the same guard as `/admin/*`.
+        .route("/v1/sessions/{id}", get(crate::sessions::session))
         .route("/admin/reload", post(reload))
         .route("/admin/drain", post(start_drain))
+        .route("/admin/audit", get(crate::audit_http::get_audit))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&app),
             admin_guard,
@@ -91,6 +94,22 @@ fn refresh_gauges(app: &App) {
     metrics::gauge!("callgate_db_pool_available").set(pool.available as f64);
     metrics::gauge!("callgate_db_pool_waiting").set(pool.waiting as f64);
     refresh_partner_gauges(app, &snap.partners);
+    refresh_pressure_gauges(app);
+}
+
+/// Committed pressure and its unweighted components.
+fn refresh_pressure_gauges(app: &App) {
+    let p = crate::reconcile::pressure::view(app);
+    metrics::gauge!(m::PRESSURE).set(p.score);
+    metrics::gauge!(m::PRESSURE_WEIGHTS_VERSION).set(f64::from(p.weights_version));
+    for (component, n) in [
+        ("active", p.active),
+        ("speaking", p.speaking),
+        ("delegating", p.delegating),
+        ("recovering", p.recovering),
+    ] {
+        metrics::gauge!(m::PRESSURE_COMPONENT, "component" => component).set(f64::from(n));
+    }
 }
 
 /// Calls each configured partner holds in the gate (labels bounded by the
@@ -162,12 +181,46 @@ async fn admin_guard(State(app): State<Arc<App>>, request: Request, next: Next) 
         .into_response()
 }
 
-/// What the instance is doing now.
+/// What the instance is doing now: state, capacity and the ceiling that
+/// set it, committed pressure, and the three session counters with their
+/// ages (unknown: `null` with `"known": false`) and divergences.
 async fn status(State(app): State<Arc<App>>) -> Response {
     let snap = app.gate.snapshot();
     let pool = app.store.pool_status();
+    let pressure = crate::reconcile::pressure::view(&app);
+    let weights = app.cfg().pressure.weights();
+    let reconcile = app.reconcile.to_json(Instant::now());
     Json(serde_json::json!({
         "instance": app.instance(),
+        "state": if snap.draining { "draining" } else { "serving" },
+        "capacity": snap.capacity,
+        "decided_by": snap.decided_by.to_string(),
+        "active": snap.active,
+        "queued": snap.queued,
+        "pressure": {
+            "score": pressure.score,
+            "capacity": pressure.capacity,
+            "utilization": admission::utilization(pressure.score, pressure.capacity),
+            "components": {
+                "active": pressure.active,
+                "speaking": pressure.speaking,
+                "delegating": pressure.delegating,
+                "recovering": pressure.recovering,
+            },
+            "weights": {
+                "version": weights.version,
+                "speaking": weights.speaking,
+                "delegating": weights.delegating,
+                "recovering": weights.recovering,
+            },
+        },
+        "counters": reconcile["counters"],
+        "divergences": reconcile["divergences"],
+        "reconcile": {
+            "observed": reconcile["observed"],
+            "observed_s_ago": reconcile["observed_s_ago"],
+            "recent_receipts": reconcile["recent_receipts"],
+        },
         "admission": {
             "capacity": snap.capacity,
             "decided_by": snap.decided_by.to_string(),

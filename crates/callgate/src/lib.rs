@@ -26,7 +26,9 @@
 //! # Ok(()) }
 //! ```
 
+pub mod agent;
 pub mod app;
+pub mod audit_http;
 pub mod call;
 pub mod config;
 pub mod drain;
@@ -38,8 +40,11 @@ pub mod leg;
 pub mod metrics;
 pub mod overflow;
 pub mod prompts;
+pub mod reconcile;
 pub mod refusals;
+pub mod retention;
 pub mod server;
+pub mod sessions;
 pub mod twilio;
 
 /// Installs the process's TLS crypto provider (ring) unless one is already

@@ -76,6 +76,41 @@ pub const RTP_TIMEOUTS: &str = "callgate_rtp_timeouts_total";
 pub const RTP_DROPPED: &str = "callgate_rtp_packets_dropped_total";
 /// 20 ms frames the jitter buffer concealed with silence (lost or late).
 pub const RTP_CONCEALED: &str = "callgate_rtp_frames_concealed_total";
+/// The three session counters (`reconcile`), set only while known.
+pub const LEDGER_OPEN: &str = "callgate_ledger_open_sessions";
+pub const RUNTIME_ACTIVE: &str = "callgate_runtime_active_sessions";
+pub const ROUTING_REPORTED: &str = "callgate_routing_reported_sessions";
+/// 1 while a counter's reading is fresh, 0 while it is unknown, by `counter`.
+pub const COUNTER_KNOWN: &str = "callgate_counter_known";
+/// Age of a counter's last reading, by `counter`.
+pub const COUNTER_AGE: &str = "callgate_counter_age_seconds";
+/// Sessions by which the counters disagree, by `direction`.
+pub const DIVERGENCE: &str = "callgate_counter_divergence_sessions";
+/// How long the current divergence episode has lasted (0: none), by `direction`.
+pub const DIVERGENCE_AGE: &str = "callgate_counter_divergence_age_seconds";
+/// Reconciliation receipts written, by `direction`.
+pub const RECONCILIATIONS: &str = "callgate_reconciliation_receipts_total";
+/// Reconciliation receipt writes that failed (retried next tick).
+pub const RECONCILIATION_FAILURES: &str = "callgate_reconciliation_receipt_failures_total";
+/// Committed pressure (`admission::pressure`) in sessions.
+pub const PRESSURE: &str = "callgate_committed_pressure_sessions";
+/// Pressure components, by `component` (`active`, `speaking`,
+/// `delegating`, `recovering`), unweighted.
+pub const PRESSURE_COMPONENT: &str = "callgate_pressure_component_sessions";
+/// `[pressure].weights_version` of the weights in use.
+pub const PRESSURE_WEIGHTS_VERSION: &str = "callgate_pressure_weights_version";
+/// HAProxy agent checks answered, by the `state` reported (`ready`, `drain`, `maint`).
+pub const AGENT_CHECKS: &str = "callgate_agent_checks_total";
+/// Agent-check connections that got no answer, by `reason` (`busy`: over
+/// `[agent].max_connections`; `timeout`; `io`).
+pub const AGENT_CHECK_FAILURES: &str = "callgate_agent_check_failures_total";
+/// Rows retention deleted, by `table` (`call_turns_and_slots`,
+/// `call_events`, `call_ledger`, `admission_rejections`).
+pub const RETENTION_DELETED: &str = "callgate_retention_deleted_rows_total";
+/// Retention passes that failed (Postgres errors); retried next interval.
+pub const RETENTION_FAILURES: &str = "callgate_retention_failures_total";
+/// `GET /v1/sessions/{id}` answers, by `status` (`200`, `400`, `404`, `503`).
+pub const SESSION_READS: &str = "callgate_session_reads_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -26,6 +26,9 @@ pub struct Running {
     refusal_writer: JoinHandle<()>,
     /// The SIP listener, when `sip.enabled`.
     pub sip: Option<crate::ingress::sip::SipServer>,
+    /// Where the HAProxy agent-check responder listens, when `agent.enabled`.
+    pub agent_addr: Option<SocketAddr>,
+    agent: Option<crate::agent::responder::Responder>,
 }
 
 /// Connects to Postgres (migrating it), builds the shared state, binds the
@@ -39,6 +42,9 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
     if !applied.is_empty() {
         info!(migrations = ?applied, "database migrated");
     }
+    let started =
+        serde_json::json!({ "version": env!("CARGO_PKG_VERSION"), "pid": std::process::id() });
+    crate::audit_http::record_started(&store, started).await?;
     let (writes, writers) = state_store::WriteBehind::start(&store, write_behind_config(&cfg));
     let dialog = dialog_grpc::DialogClient::new(&dialog_grpc::DialogConfig {
         endpoint: cfg.dialog.endpoint.clone(),
@@ -85,9 +91,19 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
             .with_graceful_shutdown(async move { stop.cancelled().await })
             .await
     });
-    tokio::spawn(retention_loop(Arc::clone(&app), background.clone()));
+    tokio::spawn(crate::retention::run(Arc::clone(&app), background.clone()));
+    tokio::spawn(crate::reconcile::task::run(
+        Arc::clone(&app),
+        background.clone(),
+    ));
     let sip = if app.cfg().sip.enabled {
         Some(crate::ingress::sip::SipServer::start(Arc::clone(&app)).await?)
+    } else {
+        None
+    };
+    let agent = if app.cfg().agent.enabled {
+        let cfg = app.cfg().agent.clone();
+        Some(crate::agent::responder::start(Arc::clone(&app), &cfg, background.clone()).await?)
     } else {
         None
     };
@@ -101,6 +117,8 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
         writers,
         refusal_writer,
         sip,
+        agent_addr: agent.as_ref().map(|a| a.addr),
+        agent,
     })
 }
 
@@ -135,7 +153,8 @@ fn warn_if_ingress_is_open(addr: SocketAddr, cfg: &Config) {
     }
 }
 
-fn store_config(cfg: &Config) -> state_store::StoreConfig {
+/// The store settings of `[database]` and `server.instance`.
+pub fn store_config(cfg: &Config) -> state_store::StoreConfig {
     let d = &cfg.database;
     state_store::StoreConfig {
         conninfo: d.url.clone(),
@@ -157,33 +176,6 @@ fn write_behind_config(cfg: &Config) -> state_store::WriteBehindConfig {
     }
 }
 
-/// Deletes transcripts and slots past the retention period, periodically.
-async fn retention_loop(app: Arc<App>, stop: CancellationToken) {
-    loop {
-        let cfg = app.cfg();
-        let every = Duration::from_secs(cfg.retention.purge_interval_s.max(60));
-        if cfg.retention.transcript_days > 0 {
-            let keep = Duration::from_secs(u64::from(cfg.retention.transcript_days) * 86_400);
-            let cutoff = SystemTime::now()
-                .checked_sub(keep)
-                .unwrap_or(SystemTime::UNIX_EPOCH);
-            match app.store.purge_personal_data(cutoff).await {
-                Ok(0) => {}
-                Ok(n) => info!(
-                    rows = n,
-                    days = cfg.retention.transcript_days,
-                    "retention: personal data purged"
-                ),
-                Err(e) => warn!(error = %e, "retention purge failed; will retry"),
-            }
-        }
-        tokio::select! {
-            () = stop.cancelled() => return,
-            () = tokio::time::sleep(every) => {}
-        }
-    }
-}
-
 impl Running {
     /// Drains (bounded by `deadline`), stops the listener, flushes the
     /// write-behind queue. Returns the calls that were still running.
@@ -194,6 +186,9 @@ impl Running {
         }
         self.stop_http.cancel();
         self.background.cancel();
+        if let Some(agent) = self.agent {
+            agent.stopped(Duration::from_secs(2)).await;
+        }
         self.app.calls.close();
         if tokio::time::timeout(Duration::from_secs(10), self.app.calls.wait())
             .await

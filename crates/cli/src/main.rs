@@ -2,7 +2,10 @@
 //! library); `sim`, `load`, `demo` and `bench` are the tools around it —
 //! the provider simulators, the scripted callers, and the two rigs that
 //! wire Postgres, the simulators and the server together (`callgate-rig`).
+//! `audit` checks a running deployment's session ledger for broken
+//! invariants (exit 1 when it finds any).
 
+mod audit;
 mod bench;
 mod demo;
 mod logging;
@@ -40,6 +43,8 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// Benchmarks at full size, with the server and simulators as child processes.
     Bench(bench::BenchArgs),
+    /// Check the session ledger for invariant violations (exit 1 if any, 2 if it cannot).
+    Audit(audit::AuditArgs),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +69,7 @@ fn main() -> ExitCode {
             }
             Cmd::Demo(args) => demo::run(args).await,
             Cmd::Bench(args) => bench::run(args).await,
+            Cmd::Audit(args) => audit::run(args).await,
         }
     });
     match result {

@@ -130,6 +130,10 @@ pub struct Invite {
     pub content_type: Option<String>,
     pub offer: Vec<u8>,
     pub source: Peer,
+    /// Every header line of the INVITE in order, as received (name, value):
+    /// the application picks the ones it was configured to keep (callgate
+    /// records `[receipt].sip_headers` as receipt labels).
+    pub headers: Vec<(String, String)>,
 }
 
 impl Invite {
@@ -146,6 +150,7 @@ impl Invite {
             content_type: f.header("Content-Type").map(String::from),
             offer: f.body.clone(),
             source,
+            headers: f.headers.clone(),
         }
     }
 }

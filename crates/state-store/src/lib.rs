@@ -46,6 +46,7 @@
 //!         partner_id: None,
 //!         admitted_at: SystemTime::now(),
 //!         admission_wait: Duration::ZERO,
+//!         stats: serde_json::json!({}),
 //!     })
 //!     .await?;
 //!
@@ -68,6 +69,7 @@
 //! [`LocalPostgres::freeze`] stops it whole with SIGSTOP (postmaster and
 //! backends) until the returned [`Frozen`] guard is dropped.
 
+pub mod audit;
 mod config;
 mod conn;
 mod error;
@@ -75,6 +77,7 @@ mod freeze;
 mod ids;
 pub mod local;
 mod migrate;
+pub mod reconcile;
 mod rows;
 mod store;
 mod write;
@@ -86,6 +89,7 @@ pub use error::{ErrorSource, StoreError, WriteRejected};
 pub use freeze::Frozen;
 pub use ids::{CallId, CleanupStatus, OwnerEpoch, Speaker, Stage};
 pub use local::{LocalOptions, LocalPostgres};
+pub use reconcile::{NewReconciliation, ReconciliationRow};
 pub use rows::{
     CallOutcome, CallStateRow, EventRow, LedgerRow, NewCall, OutcomeTable, Rejection, SlotRow,
     TurnRow,

@@ -38,6 +38,16 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0002_partner",
         sql: include_str!("../../../migrations/0002_partner.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_reconcile",
+        sql: include_str!("../../../migrations/0003_reconcile.sql"),
+    },
+    Migration {
+        version: 4,
+        name: "0004_instance_events",
+        sql: include_str!("../../../migrations/0004_instance_events.sql"),
+    },
 ];
 
 /// Advisory lock key shared by every callgate instance ("callgate" in ASCII).

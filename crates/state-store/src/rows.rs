@@ -23,6 +23,10 @@ pub struct NewCall {
     pub admitted_at: SystemTime,
     /// How long the call waited in the admission queue.
     pub admission_wait: Duration,
+    /// The receipt fields known at admission (a JSON object: callgate
+    /// writes transport, labels and provider labels), the row's first
+    /// `stats`; the closing stats are merged over it.
+    pub stats: serde_json::Value,
 }
 
 /// A call the admission gate refused.

@@ -21,6 +21,9 @@ use crate::write::{self, Write, WriteOutcome};
 /// a freshly checked-out connection, so retention never holds locks or a
 /// pooled connection for long.
 const PURGE_BATCH: i64 = 5_000;
+/// Receipts deleted per statement: fewer, because each one cascades to
+/// whatever of its call's events, turns and slots is left.
+const LEDGER_PURGE_BATCH: i64 = 500;
 
 /// Handle to callgate's Postgres state. Cheap to clone (an `Arc` inside).
 #[derive(Clone)]
@@ -44,8 +47,10 @@ impl std::fmt::Debug for Store {
 
 const OPEN_CALL: &str = "WITH ins AS (
     INSERT INTO call_ledger (call_id, owner_instance, owner_epoch, ingress, carrier_call_id,
-                             admitted_at, admission_wait_ms, partner_id)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                             admitted_at, admission_wait_ms, partner_id, stats)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+            -- only an object merges with the closing stats (`||`)
+            CASE WHEN jsonb_typeof($9::jsonb) = 'object' THEN $9::jsonb ELSE '{}'::jsonb END)
     ON CONFLICT (call_id) DO NOTHING
     RETURNING owner_epoch
 ), st AS (
@@ -142,6 +147,7 @@ impl Store {
                     &call.admitted_at,
                     &wait_ms,
                     &call.partner_id,
+                    &call.stats,
                 ],
             )
             .await?;
@@ -260,8 +266,9 @@ impl Store {
     }
 
     /// Retention: deletes turns and slots of calls admitted before
-    /// `older_than`; ledger receipts, events and call state stay. Returns
-    /// the number of rows deleted.
+    /// `older_than`, open calls' included (personal data goes on time even
+    /// from a row whose cleanup never landed); ledger receipts, events and
+    /// call state stay. Returns the number of rows deleted.
     ///
     /// # Errors
     /// Provider errors; rows deleted by earlier batches stay deleted.
@@ -274,21 +281,65 @@ impl Store {
             SELECT s2.call_id, s2.name FROM call_slots s2 JOIN call_ledger l USING (call_id)
             WHERE l.admitted_at < $1 LIMIT $2) d
             WHERE s.call_id = d.call_id AND s.name = d.name";
+        let turns = self.purge_batches(TURNS, older_than, PURGE_BATCH).await?;
+        let slots = self.purge_batches(SLOTS, older_than, PURGE_BATCH).await?;
+        tracing::info!(rows = turns + slots, "purged personal data");
+        Ok(turns + slots)
+    }
+
+    /// Retention: deletes the raw events (`call_events`) of closed calls
+    /// admitted before `older_than`. An open call keeps every event: it is
+    /// the evidence an audit of a leaked row needs.
+    ///
+    /// # Errors
+    /// Provider errors; rows deleted by earlier batches stay deleted.
+    pub async fn purge_events(&self, older_than: SystemTime) -> Result<u64, StoreError> {
+        const EVENTS: &str = "DELETE FROM call_events e USING (
+            SELECT e2.call_id, e2.seq FROM call_events e2 JOIN call_ledger l USING (call_id)
+            WHERE l.admitted_at < $1 AND l.cleanup_status <> 'pending' LIMIT $2) d
+            WHERE e.call_id = d.call_id AND e.seq = d.seq";
+        self.purge_batches(EVENTS, older_than, PURGE_BATCH).await
+    }
+
+    /// Retention: deletes closed receipts (`call_ledger` rows) of calls
+    /// admitted before `older_than`, and with them (`ON DELETE CASCADE`)
+    /// whatever of their events, turns, slots and state is left. A row
+    /// whose cleanup is `pending` is never deleted, however old.
+    ///
+    /// # Errors
+    /// Provider errors; rows deleted by earlier batches stay deleted.
+    pub async fn purge_receipts(&self, older_than: SystemTime) -> Result<u64, StoreError> {
+        const LEDGER: &str = "DELETE FROM call_ledger WHERE cleanup_status <> 'pending'             AND call_id IN (SELECT call_id FROM call_ledger             WHERE admitted_at < $1 AND cleanup_status <> 'pending' LIMIT $2)";
+        self.purge_batches(LEDGER, older_than, LEDGER_PURGE_BATCH)
+            .await
+    }
+
+    /// Retention: deletes admission refusals recorded before `older_than`.
+    ///
+    /// # Errors
+    /// Provider errors; rows deleted by earlier batches stay deleted.
+    pub async fn purge_rejections(&self, older_than: SystemTime) -> Result<u64, StoreError> {
+        const REFUSALS: &str = "DELETE FROM admission_rejections WHERE call_id IN             (SELECT call_id FROM admission_rejections WHERE at < $1 LIMIT $2)";
+        self.purge_batches(REFUSALS, older_than, PURGE_BATCH).await
+    }
+
+    /// Runs `sql` (a `DELETE` of at most `$2` rows older than `$1`) until a
+    /// batch deletes fewer than `batch`, each on a fresh checkout.
+    async fn purge_batches(
+        &self,
+        sql: &str,
+        older_than: SystemTime,
+        batch: i64,
+    ) -> Result<u64, StoreError> {
         let mut total = 0;
-        for sql in [TURNS, SLOTS] {
-            loop {
-                let mut conn = self.inner.pool.checkout().await?;
-                let n = conn
-                    .execute("purge", sql, &[&older_than, &PURGE_BATCH])
-                    .await?;
-                total += n;
-                if n < PURGE_BATCH.unsigned_abs() {
-                    break;
-                }
+        loop {
+            let mut conn = self.inner.pool.checkout().await?;
+            let n = conn.execute("purge", sql, &[&older_than, &batch]).await?;
+            total += n;
+            if n < batch.unsigned_abs() {
+                return Ok(total);
             }
         }
-        tracing::info!(rows = total, "purged personal data");
-        Ok(total)
     }
 
     /// The call's ledger receipt.

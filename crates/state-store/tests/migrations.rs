@@ -10,7 +10,15 @@ async fn second_run_is_a_no_op() {
     let pg = common::start_pg();
     let store = Store::connect(pg.store_config("m")).await.unwrap();
     let first = store.migrate().await.unwrap();
-    assert_eq!(first, ["0001_init", "0002_partner"]);
+    assert_eq!(
+        first,
+        [
+            "0001_init",
+            "0002_partner",
+            "0003_reconcile",
+            "0004_instance_events"
+        ]
+    );
     let second = store.migrate().await.unwrap();
     assert!(second.is_empty(), "second run applied {second:?}");
     // The schema is really there.
@@ -55,14 +63,22 @@ async fn racing_instances_apply_each_migration_once() {
     let mut applied = ra.unwrap();
     applied.extend(rb.unwrap());
     applied.sort();
-    assert_eq!(applied, ["0001_init", "0002_partner"]);
+    assert_eq!(
+        applied,
+        [
+            "0001_init",
+            "0002_partner",
+            "0003_reconcile",
+            "0004_instance_events"
+        ]
+    );
     let raw = common::raw(&pg).await;
     let n: i64 = raw
         .query_one("SELECT count(*) FROM schema_migrations", &[])
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 2);
+    assert_eq!(n, 4);
 }
 
 /// A database at version 1 with calls in it (the state before this build):
@@ -100,7 +116,10 @@ async fn a_version_1_database_with_calls_upgrades_in_place() {
     .unwrap();
 
     let store = Store::connect(pg.store_config("m")).await.unwrap();
-    assert_eq!(store.migrate().await.unwrap(), ["0002_partner"]);
+    assert_eq!(
+        store.migrate().await.unwrap(),
+        ["0002_partner", "0003_reconcile", "0004_instance_events"]
+    );
     let row = store
         .ledger(old)
         .await

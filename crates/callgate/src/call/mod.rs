@@ -15,6 +15,7 @@
 
 pub mod bot;
 pub mod core;
+pub mod labels;
 pub mod receipt;
 pub mod record;
 pub mod setup;
@@ -31,8 +32,9 @@ use tracing::{Instrument, Span, warn};
 
 use crate::app::{App, OwnedGauge};
 use crate::config::ms;
-use crate::end::End;
+use crate::end::{End, Provider};
 use crate::leg::Leg;
+use crate::reconcile::pressure::{PhaseGauge, Recovery};
 use core::{CallCore, Command, CoreConfig, Input, Rec};
 use record::Recorder;
 use setup::Resources;
@@ -68,6 +70,8 @@ pub struct CallActor<L: Leg> {
     timer: Pin<Box<Sleep>>,
     timer_at: Instant,
     speaking: Option<OwnedGauge>,
+    /// The call's `recovering` share while a provider reconnects.
+    recovery: Recovery,
     setup_ms: u64,
     transfer_target: Option<String>,
 }
@@ -90,7 +94,8 @@ impl<L: Leg> CallActor<L> {
             cfg.tools.base_url.clone(),
             ms(cfg.tools.timeout_ms),
             cfg.tools.max_in_flight_per_call,
-        );
+        )
+        .with_gauge(PhaseGauge::delegating(Some(Arc::clone(&app))));
         let core = CallCore::new(core_config(&cfg, leg.format()), now);
         CallActor {
             permit,
@@ -107,6 +112,7 @@ impl<L: Leg> CallActor<L> {
             timer: Box::pin(tokio::time::sleep_until(far_future(now).into())),
             timer_at: far_future(now),
             speaking: None,
+            recovery: Recovery::new(Some(Arc::clone(&app))),
             setup_ms,
             transfer_target,
             app,
@@ -152,6 +158,7 @@ impl<L: Leg> CallActor<L> {
                 }
             };
             self.note_closed(&input);
+            self.note_recovery(&input);
             self.core.handle(Instant::now(), input);
             self.perform();
             self.core.performed(Instant::now());
@@ -166,6 +173,23 @@ impl<L: Leg> CallActor<L> {
             Input::Dialog(dialog_grpc::DialogEvent::Closed(_)) => self.open.dialog = false,
             _ => {}
         }
+    }
+
+    /// Tracks which providers are reconnecting, for the `recovering` gauge.
+    fn note_recovery(&mut self, input: &Input) {
+        use dialog_grpc::DialogEvent as D;
+        use stt_client::SttEvent as S;
+        use tts_client::TtsEvent as T;
+        let (provider, down) = match input {
+            Input::Stt(S::Reconnecting { .. }) => (Provider::Stt, true),
+            Input::Stt(S::Reconnected { .. } | S::Closed(_)) => (Provider::Stt, false),
+            Input::Tts(T::Reconnecting { .. }) => (Provider::Tts, true),
+            Input::Tts(T::Reconnected { .. } | T::Closed(_)) => (Provider::Tts, false),
+            Input::Dialog(D::Reconnecting { .. }) => (Provider::Dialog, true),
+            Input::Dialog(D::Reconnected { .. } | D::Closed(_)) => (Provider::Dialog, false),
+            _ => return,
+        };
+        self.recovery.provider(provider, down);
     }
 
     fn rearm_timer(&mut self) {

@@ -75,6 +75,7 @@ pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
         mut tools,
         mut rec,
         speaking,
+        mut recovery,
         setup_ms,
         transfer_target,
         ..
@@ -103,11 +104,15 @@ pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
     dialog_session.end(end.reason.label());
     drop(dialog_events);
     let how = Finish::for_end(&end, transfer_target);
+    // A transfer hands the caller off while the leg finishes: it counts as
+    // recovering (committed pressure) until the leg is done.
+    recovery.handing_off(matches!(how, Finish::Transfer { .. }));
     let closes = tokio::join!(
         tokio::time::timeout(bound, leg.finish(how, bound)),
         tokio::time::timeout(bound, stt.0.close()),
         tokio::time::timeout(bound, tts.0.close()),
     );
+    drop(recovery);
     let mut cleanup = Cleanup::default();
     if !matches!(closes.0, Ok(f) if !f.forced) {
         cleanup.forced.push("leg");

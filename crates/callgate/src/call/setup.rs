@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use admission::PartnerId;
 use state_store::{CallId, NewCall, OwnerEpoch};
 
+use super::labels::{Labels, Transport, opening_stats};
 use crate::app::App;
 use crate::config::ms;
 use crate::end::EndReason;
@@ -58,6 +59,10 @@ pub struct Arrival {
     pub metadata: Vec<(String, String)>,
     /// Where a transfer sends the caller, when the leg can say.
     pub transfer_target: Option<String>,
+    /// What the call's signalling arrived on (the receipt's `transport`).
+    pub transport: Transport,
+    /// The receipt's labels, already filtered and bounded by `[receipt]`.
+    pub labels: Labels,
 }
 
 /// An admitted call: its arrival and its admission.
@@ -96,6 +101,7 @@ pub async fn open(
         partner_id: a.partner.as_ref().map(ToString::to_string),
         admitted_at: clock.at(info.admitted_at),
         admission_wait: info.admission_wait,
+        stats: opening_stats(a.transport, &a.labels, &cfg.receipt.providers),
     };
     let stt = tokio::time::timeout(
         stt_cfg.connect_timeout + OUTER_MARGIN,

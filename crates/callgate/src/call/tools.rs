@@ -13,6 +13,7 @@ use dialog_grpc::{ToolCallId, TurnId};
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::metrics as m;
+use crate::reconcile::pressure::PhaseGauge;
 
 /// A finished tool call, ready to be sent back to the dialog service.
 #[derive(Debug)]
@@ -48,6 +49,8 @@ pub struct ToolRunner {
     tasks: JoinSet<ToolOutcome>,
     running: HashMap<ToolCallId, Running>,
     pub stats: ToolStats,
+    /// The call's `delegating` share: on while `running` is not empty.
+    delegating: PhaseGauge,
 }
 
 impl ToolRunner {
@@ -65,7 +68,25 @@ impl ToolRunner {
             tasks: JoinSet::new(),
             running: HashMap::new(),
             stats: ToolStats::default(),
+            delegating: PhaseGauge::delegating(None),
         }
+    }
+
+    /// Counts this call in the app's `delegating` gauge while tools run.
+    pub fn with_gauge(mut self, gauge: PhaseGauge) -> Self {
+        self.delegating = gauge;
+        self.sync_gauge();
+        self
+    }
+
+    /// Whether the call counts as delegating now.
+    pub fn is_delegating(&self) -> bool {
+        self.delegating.is_on()
+    }
+
+    /// Called after every change to `running`.
+    fn sync_gauge(&mut self) {
+        self.delegating.set(!self.running.is_empty());
     }
 
     /// Tools running now.
@@ -116,6 +137,7 @@ impl ToolRunner {
                 abort,
             },
         );
+        self.sync_gauge();
         None
     }
 
@@ -127,7 +149,9 @@ impl ToolRunner {
                 None => std::future::pending::<()>().await,
                 Some(Err(_cancelled_or_panicked)) => continue,
                 Some(Ok(outcome)) => {
-                    if self.running.remove(&outcome.id).is_none() {
+                    let known = self.running.remove(&outcome.id).is_some();
+                    self.sync_gauge();
+                    if !known {
                         self.stats.stale += 1;
                         metrics::counter!(m::STALE_DROPPED, "kind" => "tool_result").increment(1);
                         continue;
@@ -172,6 +196,7 @@ impl ToolRunner {
                 metrics::counter!(m::TOOL_CALLS, "result" => "cancelled").increment(1);
             }
         }
+        self.sync_gauge();
     }
 }
 
@@ -258,17 +283,21 @@ mod tests {
             Duration::from_secs(5),
             1,
         );
+        assert!(!r.is_delegating());
         assert!(
             r.start(ToolCallId("a".into()), TurnId(1), "slow", "{}".into())
                 .is_none()
         );
+        assert!(r.is_delegating(), "one tool running");
         let refused = r
             .start(ToolCallId("b".into()), TurnId(1), "slow", "{}".into())
             .unwrap();
         assert!(refused.is_error);
         r.cancel(&ToolCallId("b".into()));
         assert_eq!(r.in_flight(), 1, "a refused call was never running");
+        assert!(r.is_delegating(), "a refusal leaves the running tool");
         r.cancel_all();
+        assert!(!r.is_delegating(), "nothing runs after cancel_all");
         assert_eq!(
             (r.in_flight(), r.stats.cancelled, r.stats.refused),
             (0, 1, 1)

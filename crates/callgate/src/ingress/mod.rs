@@ -77,6 +77,8 @@ pub async fn run<L: Leg>(app: Arc<App>, mut leg: L, arrival: Arrival) {
             return;
         }
     };
+    // Names this call to the reconciler for as long as it runs here.
+    let _live = app.live.enter(arrival.call_id);
     if let Err(ev) = leg.open_media().await {
         warn!(event = ?ev, "call admitted but its media could not be opened");
         record_refusal(&app, &arrival, Refusal::MediaUnavailable, permit.waited());

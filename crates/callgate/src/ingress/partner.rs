@@ -20,6 +20,7 @@ use state_store::CallId;
 use tracing::{Instrument, info_span, warn};
 
 use crate::app::App;
+use crate::call::labels::{Labels, Transport};
 use crate::call::setup::Arrival;
 use crate::config::{Config, ms};
 use crate::leg::partner::PartnerLeg;
@@ -154,6 +155,8 @@ async fn handle(app: Arc<App>, socket: axum::extract::ws::WebSocket, partner: Pa
         partner: Some(partner.clone()),
         metadata,
         transfer_target: Some(target),
+        transport: Transport::WebSocket,
+        labels: Labels::from_params(&cfg.receipt, &start.metadata),
     };
     let span = info_span!("call", call_id = %call_id, partner = %partner, partner_call_id = %start.call_id, ingress = "partner");
     super::run(app, leg, arrival).instrument(span).await;

@@ -15,6 +15,7 @@ use tracing::{Instrument, info_span, warn};
 
 use super::Refusal;
 use crate::app::App;
+use crate::call::labels::{Labels, Transport};
 use crate::call::setup::Arrival;
 use crate::config::ms;
 use crate::leg::twilio::TwilioLeg;
@@ -107,6 +108,8 @@ async fn handle(app: Arc<App>, socket: axum::extract::ws::WebSocket) {
         partner: None,
         metadata: metadata(&start),
         transfer_target: None,
+        transport: Transport::WebSocket,
+        labels: Labels::from_params(&cfg.receipt, &start.custom_parameters),
     };
     let span = info_span!("call", call_id = %arrival.call_id, call_sid = %start.call_sid, ingress = "twilio");
     async move {

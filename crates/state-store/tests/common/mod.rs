@@ -46,6 +46,7 @@ pub fn new_call(admitted_at: SystemTime) -> NewCall {
         partner_id: None,
         admitted_at,
         admission_wait: Duration::from_millis(12),
+        stats: serde_json::json!({}),
     }
 }
 

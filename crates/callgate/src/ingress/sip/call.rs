@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tracing::{Instrument, info_span, warn};
 
 use crate::app::App;
+use crate::call::labels::{Labels, Transport};
 use crate::call::setup::Arrival;
 use crate::ingress::Refusal;
 use crate::leg::sip::{Command, ServerLink, Signal, SipLeg, SipShared};
@@ -48,14 +49,21 @@ pub(super) async fn run(
         };
         let leg = SipLeg::new(link, signals, Arc::clone(&shared), offer, negotiated);
         let format = crate::leg::Leg::format(&leg);
-        let arrival = arrival(call_id, &invite, format, &shared);
+        let labels = Labels::from_sip_headers(&app.cfg().receipt, &invite.headers);
+        let arrival = arrival(call_id, &invite, format, &shared, labels);
         super::super::run(app, leg, arrival).await;
     }
     .instrument(span)
     .await;
 }
 
-fn arrival(call_id: CallId, invite: &Invite, format: LegFormat, shared: &SipShared) -> Arrival {
+fn arrival(
+    call_id: CallId,
+    invite: &Invite,
+    format: LegFormat,
+    shared: &SipShared,
+    labels: Labels,
+) -> Arrival {
     let user = |v: &str| {
         let uri = sip_ua::wire::uri_of(v);
         uri.split_once(':')
@@ -75,6 +83,8 @@ fn arrival(call_id: CallId, invite: &Invite, format: LegFormat, shared: &SipShar
             ("to_user".to_string(), user(&invite.request_uri)),
         ],
         transfer_target: shared.cfg.human_queue_uri.clone(),
+        transport: Transport::of_sip(invite.source.transport),
+        labels,
     }
 }
 
@@ -103,6 +113,8 @@ fn not_acceptable(
         partner: None,
         metadata: Vec::new(),
         transfer_target: None,
+        transport: Transport::of_sip(invite.source.transport),
+        labels: Labels::default(),
     };
     crate::ingress::record_refusal(app, &arrival, Refusal::UnsupportedFormat, Duration::ZERO);
 }

@@ -1,0 +1,246 @@
+//! `GET /v1/sessions/{id}`: one session's receipt as JSON — its ledger row
+//! (identity, owner, labels, lifecycle timestamps, end reason, cleanup
+//! status, stats) with its raw lifecycle events beside it.
+//!
+//! Admin-authenticated: the route sits behind the same guard as `/admin/*`
+//! (`http::admin_guard`). `400` for an id that is not a UUID, `404` for an
+//! unknown one, `503` when Postgres does not answer in time.
+//!
+//! What it never returns: transcript text, slot values or audio — it reads
+//! only `call_ledger` and `call_events`, and neither holds any. It never
+//! writes.
+//!
+//! Timestamps are given twice: as RFC 3339 UTC (`at`) and as the offset
+//! from admission in milliseconds (`offset_ms`). Every timestamp of one
+//! call is derived from one monotonic clock anchored at admission
+//! (`call::record::CallClock`), so the offsets are monotonic differences
+//! even if the wall clock stepped during the call.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Json, Response};
+use serde_json::{Value, json};
+use state_store::{CallId, EventRow, LedgerRow};
+use tracing::warn;
+
+use crate::app::App;
+use crate::metrics as m;
+
+/// Keys of `stats` written at admission (`call::labels::opening_stats`),
+/// lifted to the top of the receipt.
+const OPENING_KEYS: [&str; 4] = ["transport", "labels", "labels_truncated", "providers"];
+
+/// The handler.
+pub async fn session(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response {
+    let (status, body) = answer(&app, &id).await;
+    metrics::counter!(m::SESSION_READS, "status" => status.as_str().to_string()).increment(1);
+    (status, body).into_response()
+}
+
+async fn answer(app: &App, id: &str) -> (StatusCode, Response) {
+    let Ok(call) = id.parse::<CallId>() else {
+        let msg = "session id must be a UUID\n";
+        return (StatusCode::BAD_REQUEST, msg.into_response());
+    };
+    let unavailable = |e: state_store::StoreError| {
+        warn!(call_id = %call, error = %e, "session receipt could not be read");
+        let msg = "the session ledger is unavailable; retry\n";
+        (StatusCode::SERVICE_UNAVAILABLE, msg.into_response())
+    };
+    let row = match app.store.ledger(call).await {
+        Ok(Some(row)) => row,
+        Ok(None) => return (StatusCode::NOT_FOUND, "no such session\n".into_response()),
+        Err(e) => return unavailable(e),
+    };
+    match app.store.events(call).await {
+        Ok(events) => (
+            StatusCode::OK,
+            Json(receipt_json(&row, &events)).into_response(),
+        ),
+        Err(e) => unavailable(e),
+    }
+}
+
+/// The receipt of `row` with its `events`.
+pub fn receipt_json(row: &LedgerRow, events: &[EventRow]) -> Value {
+    let t0 = row.admitted_at;
+    let stamp = |t: Option<SystemTime>| t.map_or(Value::Null, |t| stamp_json(t, t0));
+    let mut stats = row.stats.clone();
+    let mut opening = serde_json::Map::new();
+    if let Some(obj) = stats.as_object_mut() {
+        for k in OPENING_KEYS {
+            opening.insert(k.to_string(), obj.remove(k).unwrap_or(Value::Null));
+        }
+    }
+    let events: Vec<Value> = events
+        .iter()
+        .map(|e| {
+            json!({
+                "seq": e.seq,
+                "kind": e.kind,
+                "at": rfc3339(e.at),
+                "offset_ms": offset_ms(e.at, t0),
+                "detail": e.detail,
+            })
+        })
+        .collect();
+    json!({
+        "session_id": row.call_id.to_string(),
+        "ingress": row.ingress,
+        "transport": opening["transport"],
+        "carrier_call_id": row.carrier_call_id,
+        "partner_id": row.partner_id,
+        "owner": { "instance": row.owner_instance, "epoch": row.owner_epoch.0 },
+        "labels": opening["labels"],
+        "labels_truncated": opening["labels_truncated"],
+        "providers": opening["providers"],
+        "admission_wait_ms": row.admission_wait.as_millis() as u64,
+        "lifecycle": {
+            "admitted": stamp(Some(row.admitted_at)),
+            "media_ready": stamp(row.media_ready_at),
+            "first_playable_audio": stamp(row.first_playable_audio_at),
+            "last_media": stamp(row.last_media_at),
+            "disconnect_observed": stamp(row.disconnect_observed_at),
+            "cleanup_completed": stamp(row.cleanup_completed_at),
+        },
+        "end_reason": row.end_reason,
+        "cleanup_status": row.cleanup_status.as_str(),
+        "stats": stats,
+        "events": events,
+    })
+}
+
+fn stamp_json(t: SystemTime, t0: SystemTime) -> Value {
+    json!({ "at": rfc3339(t), "offset_ms": offset_ms(t, t0) })
+}
+
+/// Milliseconds from `t0` to `t` (negative when `t` is earlier), to the
+/// microsecond Postgres stores.
+fn offset_ms(t: SystemTime, t0: SystemTime) -> f64 {
+    match t.duration_since(t0) {
+        Ok(d) => d.as_micros() as f64 / 1_000.0,
+        Err(e) => -(e.duration().as_micros() as f64) / 1_000.0,
+    }
+}
+
+/// RFC 3339 UTC with microseconds (`2026-01-31T12:00:00.123456Z`);
+/// instants before 1970 print as the epoch (no call is that old).
+pub fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (y, mo, day) = civil_from_days((secs / 86_400) as i64);
+    let s = secs % 86_400;
+    format!(
+        "{y:04}-{mo:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        s / 3_600,
+        s % 3_600 / 60,
+        s % 60,
+        d.subsec_micros()
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
+/// `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use state_store::{CleanupStatus, OwnerEpoch};
+
+    use super::*;
+
+    fn at(secs: u64, micros: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros)
+    }
+
+    #[test]
+    fn rfc3339_matches_known_instants() {
+        assert_eq!(rfc3339(at(0, 0)), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(rfc3339(at(951_782_400, 5)), "2000-02-29T00:00:00.000005Z");
+        assert_eq!(
+            rfc3339(at(1_700_000_000, 250_000)),
+            "2023-11-14T22:13:20.250000Z"
+        );
+        assert_eq!(rfc3339(at(4_107_542_399, 0)), "2100-02-28T23:59:59.000000Z");
+    }
+
+    fn row(stats: Value) -> LedgerRow {
+        let t0 = at(1_700_000_000, 0);
+        LedgerRow {
+            call_id: CallId::new_random(),
+            owner_instance: "cg-1".into(),
+            owner_epoch: OwnerEpoch(2),
+            ingress: "sip".into(),
+            carrier_call_id: Some("abc@host".into()),
+            partner_id: None,
+            admitted_at: t0,
+            admission_wait: Duration::from_millis(7),
+            media_ready_at: Some(t0 + Duration::from_micros(120_500)),
+            first_playable_audio_at: None,
+            last_media_at: None,
+            disconnect_observed_at: None,
+            cleanup_completed_at: None,
+            end_reason: None,
+            cleanup_status: CleanupStatus::Pending,
+            stats,
+        }
+    }
+
+    #[test]
+    fn the_opening_fields_are_lifted_and_the_rest_of_stats_kept() {
+        let stats = json!({
+            "transport": "sip-udp",
+            "labels": {"x-role": "agent"},
+            "labels_truncated": 0,
+            "providers": {"stt_model": "nova-3"},
+            "setup_ms": 42,
+        });
+        let r = row(stats);
+        let event = EventRow {
+            seq: 1,
+            at: r.admitted_at + Duration::from_millis(3),
+            kind: "dtmf".into(),
+            detail: json!({}),
+        };
+        let v = receipt_json(&r, &[event]);
+        assert_eq!(v["transport"], "sip-udp");
+        assert_eq!(v["labels"], json!({"x-role": "agent"}));
+        assert_eq!(v["providers"]["stt_model"], "nova-3");
+        assert_eq!(v["owner"], json!({"instance": "cg-1", "epoch": 2}));
+        assert_eq!(v["stats"], json!({"setup_ms": 42}), "no field twice");
+        assert_eq!(v["lifecycle"]["admitted"]["offset_ms"], 0.0);
+        assert_eq!(v["lifecycle"]["media_ready"]["offset_ms"], 120.5);
+        assert_eq!(
+            v["lifecycle"]["media_ready"]["at"],
+            "2023-11-14T22:13:20.120500Z"
+        );
+        assert_eq!(v["lifecycle"]["last_media"], Value::Null);
+        assert_eq!(v["cleanup_status"], "pending");
+        assert_eq!(v["events"][0]["offset_ms"], 3.0);
+        assert_eq!(v["events"][0]["kind"], "dtmf");
+    }
+
+    #[test]
+    fn a_row_from_before_the_opening_fields_shows_them_as_null() {
+        let v = receipt_json(&row(json!({})), &[]);
+        assert_eq!(v["transport"], Value::Null);
+        assert_eq!(v["labels"], Value::Null);
+        assert_eq!(v["events"], json!([]));
+    }
+}

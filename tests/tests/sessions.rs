@@ -1,0 +1,224 @@
+//! `GET /v1/sessions/{id}`: a whole call's receipt read back over HTTP —
+//! the labels its ingress carried (Twilio custom parameters, chosen SIP
+//! headers), only the configured ones, its transport, owner, provider
+//! labels, lifecycle and raw events — and never its transcript.
+#![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
+
+use std::time::Duration;
+
+use callgate_load::{Outcome, PartnerFormat};
+use callgate_sim::SimConfig;
+use callgate_tests::sipp::{Sipp, SippOpts, Transport};
+use callgate_tests::{Harness, add_partner, load, partner_load, sip};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "receipt-reader-token";
+
+fn providers(c: &mut callgate::config::Config) {
+    c.receipt.providers = [("stt_model", "nova-3"), ("tts_voice", "sim-voice-1")]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into();
+}
+
+/// `GET /v1/sessions/{id}` with `token` (if any): status and body.
+async fn get(h: &Harness, id: &str, token: Option<&str>) -> (u16, String) {
+    callgate::ensure_tls_provider();
+    let url = format!("http://{}/v1/sessions/{id}", h.server.addr);
+    let mut req = reqwest::Client::new().get(url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().await.expect("GET /v1/sessions/{id}");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.expect("read the body"))
+}
+
+/// The receipt of a closed call, with the raw text it was parsed from.
+async fn receipt(h: &Harness, call_id: uuid::Uuid) -> (Value, String) {
+    let (status, body) = get(h, &call_id.to_string(), Some(TOKEN)).await;
+    assert_eq!(status, 200, "{body}");
+    (serde_json::from_str(&body).unwrap(), body)
+}
+
+/// What every closed receipt must show, whatever its ingress.
+async fn assert_common(h: &Harness, r: &Value, raw: &str, call_id: uuid::Uuid) {
+    assert_eq!(r["session_id"], call_id.to_string());
+    assert_eq!(
+        r["owner"],
+        json!({"instance": h.instance, "epoch": 1}),
+        "{r:#}"
+    );
+    assert_eq!(
+        r["providers"],
+        json!({"stt_model": "nova-3", "tts_voice": "sim-voice-1"})
+    );
+    assert_eq!(r["end_reason"], "caller_hangup", "{r:#}");
+    assert_eq!(r["cleanup_status"], "completed", "{r:#}");
+    // Every lifecycle stamp, as RFC 3339 and as an offset from admission,
+    // in order.
+    let mut last = -1.0;
+    for stage in [
+        "admitted",
+        "media_ready",
+        "first_playable_audio",
+        "last_media",
+        "disconnect_observed",
+        "cleanup_completed",
+    ] {
+        let s = &r["lifecycle"][stage];
+        let at = s["at"].as_str().unwrap_or_else(|| panic!("{stage}: {r:#}"));
+        assert!(at.ends_with('Z') && at.len() == 27, "{stage}: {at}");
+        let off = s["offset_ms"].as_f64().unwrap();
+        assert!(off >= last, "{stage} at {off} ms, before {last} ms: {r:#}");
+        last = off;
+    }
+    assert_eq!(r["lifecycle"]["admitted"]["offset_ms"], 0.0);
+    // The closing stats are there, beside the opening fields, not mixed in.
+    assert_eq!(
+        r["stats"]["active_counter_delta"],
+        json!({"increment": 1, "decrement": 1})
+    );
+    assert!(r["stats"].get("labels").is_none(), "{r:#}");
+    // The raw events are the call's own, in order.
+    let kinds: Vec<String> = r["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(kinds, h.event_kinds(call_id).await);
+    // No transcript text: there is a transcript, and none of it is here.
+    let transcript = h.transcript(call_id).await;
+    assert!(
+        transcript.iter().any(|(s, _, _)| s == "caller"),
+        "{transcript:#?}"
+    );
+    for (_, text, _) in &transcript {
+        assert!(
+            !raw.contains(text.as_str()),
+            "transcript text {text:?} in the receipt: {raw}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_twilio_receipt_shows_only_the_configured_custom_parameters() {
+    let h = Harness::start(SimConfig::default(), |c| {
+        c.server.admin_token = Some(TOKEN.to_string());
+        c.receipt.labels = vec!["role".into(), "tenant".into()];
+        providers(c);
+    })
+    .await;
+    let long = "x".repeat(300);
+    let cfg = callgate_load::LoadConfig {
+        custom_parameters: vec![
+            ("role".into(), "agent-assist".into()),
+            ("tenant".into(), long.clone()),
+            ("ssn".into(), "078-05-1120".into()),
+        ],
+        ..load(&h, 1, 1)
+    };
+    let report = callgate_load::run(cfg).await;
+    let call = &report.calls[0];
+    assert_eq!(call.outcome, Outcome::Completed, "{call:#?}");
+    let ledger = h.closed_ledger(&call.call_sid.to_string()).await;
+    let (r, raw) = receipt(&h, ledger.call_id).await;
+    assert_common(&h, &r, &raw, ledger.call_id).await;
+
+    assert_eq!(r["ingress"], "twilio");
+    assert_eq!(r["transport"], "websocket");
+    assert_eq!(r["carrier_call_id"], call.call_sid.to_string());
+    assert_eq!(r["partner_id"], Value::Null);
+    assert_eq!(
+        r["labels"],
+        json!({"role": "agent-assist", "tenant": &long[..256]}),
+        "{r:#}"
+    );
+    assert_eq!(r["labels_truncated"], 1, "the one over-long value was cut");
+    assert!(!raw.contains("078-05-1120"), "an unlisted parameter: {raw}");
+
+    // The guard: with a token configured, no token (from loopback too) and
+    // a wrong one are refused; a malformed id is 400, an unknown one 404.
+    let id = ledger.call_id.to_string();
+    assert_eq!(get(&h, &id, None).await.0, 401);
+    assert_eq!(get(&h, &id, Some("wrong")).await.0, 401);
+    assert_eq!(get(&h, "not-a-uuid", Some(TOKEN)).await.0, 400);
+    let unknown = uuid::Uuid::new_v4().to_string();
+    assert_eq!(get(&h, &unknown, Some(TOKEN)).await.0, 404);
+    h.assert_all_closed().await;
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sip_receipt_shows_the_configured_invite_headers_and_its_transport() {
+    let h = sip::start(SimConfig::default(), |c| {
+        c.server.admin_token = Some(TOKEN.to_string());
+        c.receipt.sip_headers = vec!["X-Role".into(), "X-Tenant".into(), "X-Absent".into()];
+        providers(c);
+    })
+    .await;
+    let opts = SippOpts {
+        transport: Transport::Tcp,
+        timeout: Duration::from_secs(60),
+        ..SippOpts::default()
+    }
+    .var("hold_ms", "4000")
+    .var("turns", "1");
+    let out = Sipp::uac("call_labels.xml", sip::addr(&h), opts)
+        .await
+        .wait()
+        .await;
+    out.assert_ok();
+    let calls = sip::closed_calls(&h, 1).await;
+    let call_id = calls[0].call_id;
+    let (r, raw) = receipt(&h, call_id).await;
+    assert_common(&h, &r, &raw, call_id).await;
+
+    assert_eq!(r["ingress"], "sip");
+    assert_eq!(r["transport"], "sip-tcp");
+    assert_eq!(
+        r["labels"],
+        json!({"x-role": "supervisor", "x-tenant": "acme-sip"}),
+        "configured headers in any case; an absent one is absent, not empty: {r:#}"
+    );
+    assert_eq!(r["labels_truncated"], 0);
+    assert!(!raw.contains("do-not-keep"), "an unlisted header: {raw}");
+    sip::assert_all_free(&h).await;
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partner_receipt_shows_its_partner_and_the_configured_metadata() {
+    let h = Harness::start(SimConfig::default(), |c| {
+        c.server.admin_token = Some(TOKEN.to_string());
+        c.receipt.labels = vec!["role".into()];
+        add_partner(c, "acme", "acme-key-1", None);
+        providers(c);
+    })
+    .await;
+    let cfg = callgate_load::LoadConfig {
+        custom_parameters: vec![
+            ("role".into(), "triage".into()),
+            ("caller_name".into(), "Ada Lovelace".into()),
+        ],
+        ..partner_load(&h, "acme-key-1", PartnerFormat::L16, 1, 1)
+    };
+    let report = callgate_load::run(cfg).await;
+    let call = &report.calls[0];
+    assert_eq!(call.outcome, Outcome::Completed, "{call:#?}");
+    // The id callgate gave the partner in `started` is the receipt's id.
+    let session: uuid::Uuid = call.session_id.as_deref().unwrap().parse().unwrap();
+    h.closed_ledger(&call.call_sid.to_string()).await;
+    let (r, raw) = receipt(&h, session).await;
+    assert_common(&h, &r, &raw, session).await;
+
+    assert_eq!(r["ingress"], "partner");
+    assert_eq!(r["transport"], "websocket");
+    assert_eq!(r["partner_id"], "acme");
+    assert_eq!(r["carrier_call_id"], call.call_sid.to_string());
+    assert_eq!(r["labels"], json!({"role": "triage"}), "{r:#}");
+    assert_eq!(r["labels_truncated"], 0);
+    assert!(!raw.contains("Lovelace"), "unlisted metadata: {raw}");
+    h.assert_all_closed().await;
+    h.stop().await;
+}
