@@ -55,6 +55,7 @@
 
 mod db;
 pub mod interaction;
+mod ledger;
 mod priority;
 mod procfs;
 mod receipts;
@@ -96,6 +97,10 @@ pub enum Scenario {
     /// Per-call server CPU and RSS on the SIP path (sipp) beside the
     /// Twilio path (the load tool), N calls at once.
     Sip(sip::SipArgs),
+    /// The session ledger's own cost at N concurrent sessions: counter
+    /// reads under contention, the reconciler, the agent-check responder,
+    /// a receipt's writes.
+    Ledger(ledger::LedgerArgs),
 }
 
 /// How the calls of a run arrive within `--arrival-s`.
@@ -252,6 +257,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Scenario::Incident(a) => incident(a).await,
         Scenario::Interaction(a) => interaction::run(a).await,
         Scenario::Sip(a) => sip::run(a).await,
+        Scenario::Ledger(a) => ledger::run(a).await,
     }
 }
 
@@ -381,7 +387,9 @@ mod tests {
         full.extend_from_slice(argv);
         match Cmd::try_parse_from(full).unwrap().scenario {
             Scenario::Incident(a) => a,
-            Scenario::Interaction(_) | Scenario::Sip(_) => unreachable!("parsed `incident`"),
+            Scenario::Interaction(_) | Scenario::Sip(_) | Scenario::Ledger(_) => {
+                unreachable!("parsed `incident`")
+            }
         }
     }
 
