@@ -22,6 +22,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+use anyhow::Context;
 use sip_ua::{CallKey, Endpoint, Event, Output, Peer, Transport};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::mpsc;
@@ -50,9 +51,10 @@ impl SipServer {
     /// Binds UDP and TCP on `sip.listen` and starts serving.
     pub async fn start(app: Arc<App>) -> anyhow::Result<SipServer> {
         let cfg = app.cfg().sip.clone();
-        let udp = UdpSocket::bind(cfg.listen).await?;
+        let (udp, tcp) = bind_pair(cfg.listen)
+            .await
+            .with_context(|| format!("binding sip.listen {} (UDP and TCP)", cfg.listen))?;
         let addr = udp.local_addr()?;
-        let tcp = TcpListener::bind(addr).await?;
         let local_ip = cfg.advertise_ip.unwrap_or(addr.ip());
         let ports = RtpPorts::new(addr.ip(), cfg.rtp_port_min, cfg.rtp_port_max);
         warn_if_open(&cfg, addr);
@@ -102,6 +104,25 @@ impl SipServer {
         self.stop.cancel();
         let _ = self.task.await;
     }
+}
+
+/// Tries for an ephemeral UDP port whose TCP twin is also free.
+const BIND_ATTEMPTS: usize = 32;
+
+/// Binds UDP and TCP on the same address. With port 0 the kernel picks the
+/// UDP port and the TCP twin may already be taken (by any process's
+/// outgoing connection), so a taken twin means another pick, bounded.
+async fn bind_pair(listen: SocketAddr) -> std::io::Result<(UdpSocket, TcpListener)> {
+    let mut last = None;
+    for _ in 0..if listen.port() == 0 { BIND_ATTEMPTS } else { 1 } {
+        let udp = UdpSocket::bind(listen).await?;
+        match TcpListener::bind(udp.local_addr()?).await {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no port")))
 }
 
 fn warn_if_open(cfg: &crate::config::SipConfig, addr: SocketAddr) {
