@@ -1,7 +1,7 @@
 //! A stalled table: submitters never wait, the backlog absorbs the stall,
 //! writers retry (server-side statement_timeout) and everything lands.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! A call's writes through the write-behind land in order, idempotently,
 //! with lifecycle stamps first-write-wins and the close recorded.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

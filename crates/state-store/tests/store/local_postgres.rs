@@ -1,7 +1,7 @@
 //! The throwaway cluster: a real postmaster on a private socket, gone after
 //! `stop()`.
 
-mod common;
+use crate::common;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_postgres_reports_its_postmaster_and_cleans_up() {

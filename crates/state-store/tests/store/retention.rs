@@ -1,6 +1,6 @@
 //! Retention removes personal data (turns, slots) but keeps the receipt.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

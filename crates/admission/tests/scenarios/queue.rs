@@ -1,6 +1,6 @@
 //! Scenario: the bounded FIFO queue — order, fairness, full queue, timeouts.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::task::Poll;

@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

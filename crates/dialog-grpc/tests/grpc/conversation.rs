@@ -1,7 +1,7 @@
 //! Whole conversations through `DialogClient` against the dialog simulator:
 //! the default booking script, escalation, interruption.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Scenario: many tasks on a multi-threaded runtime acquire and release with
 //! random cancellation and expiry; the books must balance and capacity must hold.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

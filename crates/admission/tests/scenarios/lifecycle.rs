@@ -1,6 +1,6 @@
 //! Scenario: drain, hot reload and dependency health over the gate's life.
 
-mod common;
+use crate::common;
 
 use std::task::Poll;
 

@@ -1,6 +1,6 @@
 //! Scenario: cancellation, expiry and panics racing grants — capacity is never lost.
 
-mod common;
+use crate::common;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::task::Waker;

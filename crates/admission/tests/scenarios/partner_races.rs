@@ -1,7 +1,7 @@
 //! Scenario: cancellation, expiry and panics racing grants for partner calls — a
 //! partner's count goes down exactly once, whichever way its call leaves.
 
-mod common;
+use crate::common;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 

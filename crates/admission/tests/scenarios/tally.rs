@@ -1,7 +1,7 @@
 //! Scenario: each permit's measured counter deltas — balanced on every exit path,
 //! visibly unbalanced when a permit leaks.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Barrier};
 

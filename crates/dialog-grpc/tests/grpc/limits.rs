@@ -1,7 +1,7 @@
 //! The bounds: the service's stream cap, dropping a session ends its RPC,
 //! and the open deadline holds against a peer that never speaks HTTP/2.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! Pool discipline: a busy pool answers with a typed timeout, and a
 //! connection abandoned mid-statement never goes back into the pool.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

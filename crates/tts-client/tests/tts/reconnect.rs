@@ -5,7 +5,7 @@
 //! capacity refusals are told apart from outages, the budget ends the
 //! session, close() is prompt, and the first connect is never retried.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

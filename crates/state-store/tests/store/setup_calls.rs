@@ -1,7 +1,7 @@
 //! Setup-time calls: open_call is retry-safe and ownership-aware, refused
 //! calls are countable.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

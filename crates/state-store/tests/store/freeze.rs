@@ -4,7 +4,7 @@
 //! must not leave a receipt behind once the backend runs again.
 #![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

@@ -1,6 +1,6 @@
 //! The migration runner: idempotent, checksummed, safe to race.
 
-mod common;
+use crate::common;
 
 use sha2::Digest as _;
 use state_store::*;
@@ -87,7 +87,7 @@ async fn racing_instances_apply_each_migration_once() {
 async fn a_version_1_database_with_calls_upgrades_in_place() {
     let pg = common::start_pg();
     let raw = common::raw(&pg).await;
-    let v1 = include_str!("../../../migrations/0001_init.sql");
+    let v1 = include_str!("../../../../migrations/0001_init.sql");
     raw.batch_execute(v1).await.unwrap();
     let digest = sha2::Sha256::digest(v1.as_bytes());
     let checksum: String = digest.iter().map(|b| format!("{b:02x}")).collect();

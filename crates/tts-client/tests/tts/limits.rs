@@ -2,7 +2,7 @@
 //! the socket cap, auth and parameters, faults, and that every socket the
 //! client opened is closed again.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! closed mid-reply (1011) resumed on a new one, and an outage longer than
 //! the reconnect budget.
 
-mod common;
+use crate::common;
 
 use callgate_sim::cartesia::{CartesiaSim, CartesiaSimConfig};
 use common::{WAIT, audio_until_final, expected_secs, next};

@@ -1,6 +1,6 @@
 //! Drain finishes the backlog within its deadline, or says what it cut off.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! sessions a ledger/runtime divergence affects.
 #![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

@@ -1,7 +1,7 @@
 //! Scenario: per-partner quotas — refusal at once, unlimited partners, reloads,
 //! and the order of checks.
 
-mod common;
+use crate::common;
 
 use admission::{Dependency, ErrorSource, PartnerLoad, RejectReason};
 use common::{

@@ -1,7 +1,7 @@
 //! Streaming against the simulator over real sockets: audio length and
 //! format, first-chunk latency, graceful close, barge-in, keep-alive.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! A stale owner's writes are refused by Postgres and counted, not retried.
 
-mod common;
+use crate::common;
 
 use std::time::SystemTime;
 

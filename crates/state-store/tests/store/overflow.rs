@@ -1,7 +1,7 @@
 //! A full shard queue rejects at once and counts the loss against the call;
 //! the accepted writes still land and the close records the loss.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 
