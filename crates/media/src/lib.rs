@@ -34,6 +34,7 @@ pub mod pacer;
 pub mod resample;
 pub mod rtp;
 pub mod synth;
+pub mod transit;
 pub mod vad;
 
 pub use format::{AudioEncoding, AudioFormat, FRAME_MS};

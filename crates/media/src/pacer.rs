@@ -18,6 +18,16 @@
 //! [`Pacer::release`] plays on from what the listener last heard. The pacer
 //! keeps a copy of at most `lead` + two frames of released audio for this;
 //! that is the whole cost.
+//!
+//! Underruns ([`Pacer::underruns`]): a segment is the audio pushed between
+//! two ends (a mark, [`Pacer::finish`], [`Pacer::clear`]). When the clock
+//! has to restart in the middle of a segment — a frame was due more than
+//! `lead` + one frame ago (what the far end can have buffered), because
+//! the audio came slower than real time or the sender was not polled —
+//! the listener heard a gap that nobody meant; it is counted with its
+//! length (from the end of the last frame's slot to the late frame's
+//! release). Lateness within that bound is absorbed and not counted;
+//! silence between segments, a barge-in and a hold are not underruns.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -33,6 +43,22 @@ pub enum Paced<M> {
     Mark(M),
 }
 
+/// Gaps heard in the middle of a segment (see the module documentation).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Underruns {
+    pub count: u32,
+    /// Their summed length.
+    pub total: Duration,
+    pub longest: Duration,
+}
+
+/// A queued item; `opens` is set on a frame that starts a segment.
+#[derive(Debug)]
+struct Queued<M> {
+    item: Paced<M>,
+    opens: bool,
+}
+
 /// The pacer. `M` is the mark payload (a turn name, say).
 #[derive(Debug)]
 pub struct Pacer<M> {
@@ -41,8 +67,11 @@ pub struct Pacer<M> {
     frame: Duration,
     silence: u8,
     lead: Duration,
-    queue: VecDeque<Paced<M>>,
+    queue: VecDeque<Queued<M>>,
     partial: Vec<u8>,
+    /// Whether the last frame queued belongs to a segment not yet ended.
+    open: bool,
+    underruns: Underruns,
     anchor: Option<Instant>,
     sent_since_anchor: u32,
     queued_frames: usize,
@@ -70,6 +99,8 @@ impl<M: Clone> Pacer<M> {
             lead,
             queue: VecDeque::new(),
             partial: Vec::new(),
+            open: false,
+            underruns: Underruns::default(),
             anchor: None,
             sent_since_anchor: 0,
             queued_frames: 0,
@@ -89,9 +120,17 @@ impl<M: Clone> Pacer<M> {
         while self.partial.len() >= self.frame_bytes {
             let rest = self.partial.split_off(self.frame_bytes);
             let frame = std::mem::replace(&mut self.partial, rest);
-            self.queue.push_back(Paced::Frame(frame));
-            self.queued_frames += 1;
+            self.queue_frame(frame);
         }
+    }
+
+    fn queue_frame(&mut self, frame: Vec<u8>) {
+        let opens = !std::mem::replace(&mut self.open, true);
+        self.queue.push_back(Queued {
+            item: Paced::Frame(frame),
+            opens,
+        });
+        self.queued_frames += 1;
     }
 
     /// Pads any partial frame with silence and queues it.
@@ -99,28 +138,32 @@ impl<M: Clone> Pacer<M> {
         if !self.partial.is_empty() {
             let mut frame = std::mem::take(&mut self.partial);
             frame.resize(self.frame_bytes, self.silence);
-            self.queue.push_back(Paced::Frame(frame));
-            self.queued_frames += 1;
+            self.queue_frame(frame);
         }
+        self.open = false;
     }
 
     /// Queues a mark after everything pushed so far.
     pub fn push_mark(&mut self, mark: M) {
         self.finish();
-        self.queue.push_back(Paced::Mark(mark));
+        self.queue.push_back(Queued {
+            item: Paced::Mark(mark),
+            opens: false,
+        });
     }
 
     /// Drops all queued audio (barge-in). Returns the marks that were queued,
     /// in order, so the caller can settle them.
     pub fn clear(&mut self) -> Vec<M> {
         self.partial.clear();
+        self.open = false;
         self.queued_frames = 0;
         self.anchor = None;
         self.forget_history();
         self.held = false;
         self.queue
             .drain(..)
-            .filter_map(|p| match p {
+            .filter_map(|q| match q.item {
                 Paced::Mark(m) => Some(m),
                 Paced::Frame(_) => None,
             })
@@ -142,16 +185,18 @@ impl<M: Clone> Pacer<M> {
         if self.held {
             return None;
         }
-        let item = match self.queue.front()? {
-            Paced::Mark(_) => self.queue.pop_front()?,
-            Paced::Frame(_) => {
-                let due = self.slot(now);
+        let front = self.queue.front()?;
+        let (is_mark, opens) = (matches!(front.item, Paced::Mark(_)), front.opens);
+        let item = match is_mark {
+            true => self.queue.pop_front()?.item,
+            false => {
+                let due = self.slot(now, opens);
                 if due > now + self.lead {
                     return None;
                 }
                 self.sent_since_anchor += 1;
                 self.queued_frames -= 1;
-                self.queue.pop_front()?
+                self.queue.pop_front()?.item
             }
         };
         self.remember(&item);
@@ -188,7 +233,7 @@ impl<M: Clone> Pacer<M> {
                 frames -= 1;
                 self.queued_frames += 1;
             }
-            self.queue.push_front(item);
+            self.queue.push_front(Queued { item, opens: false });
         }
         self.forget_history();
         self.anchor = None;
@@ -244,7 +289,7 @@ impl<M: Clone> Pacer<M> {
         if self.held {
             return None;
         }
-        match self.queue.front()? {
+        match self.queue.front()?.item {
             Paced::Mark(_) => self.anchor,
             Paced::Frame(_) => {
                 let anchor = self.anchor?;
@@ -254,8 +299,14 @@ impl<M: Clone> Pacer<M> {
         }
     }
 
-    /// The real-time slot of the next frame, re-anchoring when late.
-    fn slot(&mut self, now: Instant) -> Instant {
+    /// Gaps heard in the middle of a segment so far.
+    pub fn underruns(&self) -> Underruns {
+        self.underruns
+    }
+
+    /// The real-time slot of the next frame, re-anchoring when late (an
+    /// underrun unless that frame `opens` a segment).
+    fn slot(&mut self, now: Instant, opens: bool) -> Instant {
         if let Some(anchor) = self.anchor {
             let due = anchor + self.frame * self.sent_since_anchor;
             // Late by less than the lead plus a frame: the far end still has
@@ -263,6 +314,13 @@ impl<M: Clone> Pacer<M> {
             // ran dry or we stalled; start a new clock instead of bursting.
             if due + self.lead + self.frame >= now {
                 return due;
+            }
+            if !opens {
+                let gap = now - due;
+                let u = &mut self.underruns;
+                u.count += 1;
+                u.total += gap;
+                u.longest = u.longest.max(gap);
             }
         }
         // Everything released before a new clock has been played.
@@ -324,6 +382,57 @@ mod tests {
         assert_eq!(p.next_deadline(), Some(t0 + Duration::from_millis(100)));
         assert_eq!(drain(&mut p, t0 + Duration::from_millis(99)).len(), 0);
         assert_eq!(drain(&mut p, t0 + Duration::from_millis(200)).len(), 2);
+    }
+
+    #[test]
+    fn audio_that_comes_slower_than_real_time_is_counted_as_underruns() {
+        let t0 = Instant::now();
+        let mut p = Pacer::new(2, 0xFF, Duration::from_millis(40));
+        p.push_audio(&[1, 1, 2, 2]);
+        drain(&mut p, t0);
+        // The rest of the reply arrives 200 ms later: the listener heard
+        // silence from 40 ms (the end of frame 2's slot) to 200 ms.
+        p.push_audio(&[3, 3]);
+        assert_eq!(drain(&mut p, t0 + Duration::from_millis(200)).len(), 1);
+        p.push_mark("turn-1");
+        drain(&mut p, t0 + Duration::from_millis(200));
+        let u = p.underruns();
+        assert_eq!(u.count, 1);
+        assert_eq!(u.total, Duration::from_millis(160));
+        assert_eq!(u.longest, Duration::from_millis(160));
+        // The next reply starts a new segment: its late start is silence
+        // between turns, not an underrun.
+        p.push_audio(&[4, 4]);
+        drain(&mut p, t0 + Duration::from_secs(2));
+        p.finish();
+        p.push_audio(&[5, 5]);
+        drain(&mut p, t0 + Duration::from_secs(3));
+        assert_eq!(p.underruns().count, 1);
+    }
+
+    #[test]
+    fn a_sender_polled_late_mid_segment_is_an_underrun_and_a_hold_is_not() {
+        let t0 = Instant::now();
+        let mut p = Pacer::new(2, 0xFF, Duration::ZERO);
+        p.push_audio(&[1u8; 20]);
+        drain(&mut p, t0);
+        drain(&mut p, t0 + Duration::from_millis(20));
+        // Within the lead plus a frame: the clock is kept, nothing heard.
+        drain(&mut p, t0 + Duration::from_millis(55));
+        assert_eq!(p.underruns().count, 0);
+        // Polled 100 ms late.
+        drain(&mut p, t0 + Duration::from_millis(160));
+        assert_eq!(p.underruns().count, 1);
+        assert_eq!(p.underruns().total, Duration::from_millis(100));
+        p.hold(t0 + Duration::from_millis(160));
+        p.release();
+        drain(&mut p, t0 + Duration::from_secs(5));
+        assert_eq!(p.underruns().count, 1);
+        p.push_audio(&[1u8; 4]);
+        p.clear();
+        p.push_audio(&[1u8; 4]);
+        drain(&mut p, t0 + Duration::from_secs(9));
+        assert_eq!(p.underruns().count, 1, "a clear restarts the clock");
     }
 
     #[test]

@@ -66,7 +66,26 @@ async fn one_call(provider: tts_client::Provider) {
         serde_json::json!({"increment": 1, "decrement": 1}),
         "the permit's own counts"
     );
-    assert_eq!(ledger.stats["media"]["format"], "mulaw_8000");
+    let media = &ledger.stats["media"];
+    assert_eq!(media["format"], "mulaw_8000");
+    // Twilio stamps every media chunk: the inbound timing is measured on
+    // each interval between two chunks read while the call wanted audio.
+    let t = &media["transport"];
+    let intervals = t["timed_intervals"].as_u64().unwrap();
+    let frames_in = media["frames_in"].as_u64().unwrap();
+    assert!(intervals > 100 && intervals < frames_in, "{media:#}");
+    let p95 = t["jitter_p95_ms"].as_f64().unwrap();
+    assert!(
+        (0.5..=256.0).contains(&p95) && (p95 * 2.0).fract() == 0.0,
+        "{t:#}"
+    );
+    for key in [
+        "outbound_underruns",
+        "outbound_underrun_ms",
+        "outbound_longest_underrun_ms",
+    ] {
+        assert!(media[key].is_u64(), "{key}: {media:#}");
+    }
     assert_eq!(ledger.stats["writes_lost"], 0);
 
     let turns = h.transcript(ledger.call_id).await;

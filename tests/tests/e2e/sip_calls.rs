@@ -95,6 +95,13 @@ async fn whole_call(scenario: &str, pt: u8, format: &str, stt_format: &str) {
     assert!(t["lost"].as_u64().unwrap() <= 2, "{t:#}");
     let jitter = t["jitter_ms"].as_f64().unwrap();
     assert!((0.0..40.0).contains(&jitter), "{t:#}");
+    // The percentile of each packet's transit difference, to 0.5 ms.
+    let p95 = t["jitter_p95_ms"].as_f64().unwrap();
+    assert!(
+        (0.5..=256.0).contains(&p95) && (p95 * 2.0).fract() == 0.0,
+        "{t:#}"
+    );
+    assert!(media["outbound_underruns"].is_u64(), "{media:#}");
 
     let transcript = h.transcript(l.call_id).await;
     let caller: Vec<_> = transcript

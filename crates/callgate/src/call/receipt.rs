@@ -9,6 +9,7 @@
 use std::time::Instant;
 
 use admission::CounterDelta;
+use media::pacer::Underruns;
 use state_store::{CleanupStatus, Stage};
 use tracing::info;
 
@@ -48,6 +49,7 @@ pub fn media_json(
     format: LegFormat,
     leg: LegStats,
     stt_dropped: u64,
+    underruns: Underruns,
     transport: Option<serde_json::Value>,
 ) -> serde_json::Value {
     let mut media = serde_json::json!({
@@ -57,6 +59,9 @@ pub fn media_json(
         "frames_dropped": leg.frames_dropped,
         "ignored_carrier_events": leg.ignored_events,
         "stt_audio_dropped": stt_dropped,
+        "outbound_underruns": underruns.count,
+        "outbound_underrun_ms": underruns.total.as_millis() as u64,
+        "outbound_longest_underrun_ms": underruns.longest.as_millis() as u64,
     });
     if let Some(t) = transport {
         media["transport"] = t;
@@ -92,7 +97,13 @@ pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
     let bound = crate::config::ms(app.cfg().call.teardown_timeout_ms);
     let format = leg.format();
     let stt_dropped = res.stt.0.dropped_audio_frames();
-    let media = media_json(format, leg.stats(), stt_dropped, leg.transport_report());
+    let media = media_json(
+        format,
+        leg.stats(),
+        stt_dropped,
+        core.underruns(),
+        leg.transport_report(),
+    );
     // Read before the closes: each client's own count of its reconnects.
     let reconnects = serde_json::json!({
         "stt": res.stt.0.reconnects(),

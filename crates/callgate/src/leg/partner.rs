@@ -8,7 +8,7 @@
 //! hang-up an `end {reason}`; a protocol error is always an `error {code,
 //! message}` before the close.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::ws::{Message, WebSocket};
 use futures_util::StreamExt;
@@ -101,7 +101,7 @@ impl PartnerLeg {
 }
 
 impl WsCodec for Codec {
-    fn decode(&mut self, msg: Message, stats: &mut LegStats) -> Option<LegEvent> {
+    fn decode(&mut self, msg: Message, stats: &mut LegStats, _now: Instant) -> Option<LegEvent> {
         match msg {
             Message::Binary(b) => {
                 if let Err(e) = wire::check_frame(self.format, b.len()) {

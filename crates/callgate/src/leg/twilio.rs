@@ -7,7 +7,7 @@
 //! then runs the TwiML's next verb (a `<Dial>` to the human queue); a Media
 //! Stream cannot hang up the phone call itself.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::ws::{Message, WebSocket};
 use futures_util::StreamExt;
@@ -15,6 +15,7 @@ use futures_util::StreamExt;
 use super::ws::{self, Out, WsCodec, WsLink};
 use super::{Finish, Finished, Leg, LegEvent, LegFormat, LegStats, Violation};
 use crate::twilio::{self, Inbound, WireError};
+use media::transit::TransitDelta;
 
 /// One Twilio media stream.
 pub struct TwilioLeg {
@@ -26,6 +27,9 @@ struct Codec {
     out: twilio::Outbound,
     max_payload: usize,
     audio: twilio::Audio,
+    /// Media `timestamp`s against when callgate read them, while the call
+    /// wants audio (a queued call's messages are read in batches).
+    transit: TransitDelta,
 }
 
 /// What happened instead of a `start`.
@@ -45,6 +49,7 @@ impl TwilioLeg {
             out: twilio::Outbound::new(""),
             max_payload,
             audio: twilio::Audio::Discard,
+            transit: TransitDelta::default(),
         };
         let mut leg = TwilioLeg {
             link: WsLink::new(socket, codec),
@@ -98,7 +103,7 @@ impl TwilioLeg {
 }
 
 impl WsCodec for Codec {
-    fn decode(&mut self, msg: Message, stats: &mut LegStats) -> Option<LegEvent> {
+    fn decode(&mut self, msg: Message, stats: &mut LegStats, now: Instant) -> Option<LegEvent> {
         let text = match msg {
             Message::Text(t) => t,
             Message::Close(f) => {
@@ -116,6 +121,9 @@ impl WsCodec for Codec {
             Err(e) => Some(LegEvent::Violation(violation(&e))),
             Ok(Inbound::Media(media)) => {
                 stats.frames_in += 1;
+                if let (twilio::Audio::Decode, Some(ms)) = (self.audio, media.timestamp_ms) {
+                    self.transit.on_arrival(Duration::from_millis(ms), now);
+                }
                 Some(LegEvent::Audio(media.payload))
             }
             Ok(Inbound::Dtmf { digit }) => match dtmf_digit(&digit) {
@@ -190,6 +198,18 @@ impl Leg for TwilioLeg {
 
     fn stats(&self) -> LegStats {
         self.link.stats
+    }
+
+    /// Inbound timing from the media `timestamp`s (Twilio stamps each
+    /// 20 ms chunk with its time since the stream began), as read by
+    /// callgate, so callgate's own scheduling delay is included.
+    fn transport_report(&self) -> Option<serde_json::Value> {
+        let h = self.link.codec.transit.histogram();
+        let p95 = h.p95()?;
+        Some(serde_json::json!({
+            "timed_intervals": h.count(),
+            "jitter_p95_ms": p95.as_secs_f64() * 1_000.0,
+        }))
     }
 
     async fn finish(self, how: Finish, bound: Duration) -> Finished {

@@ -6,7 +6,7 @@
 //! are dropped too when even they do not fit — a peer that has not read 5 s
 //! of audio is gone, and the read side notices.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use futures_util::stream::{SplitSink, SplitStream};
@@ -113,8 +113,8 @@ fn message(out: Out) -> Message {
 /// A WebSocket leg's protocol: how one inbound message becomes an event.
 pub trait WsCodec: Send + 'static {
     /// `None`: nothing for the call (a ping, an ignored event, audio while
-    /// audio is not wanted).
-    fn decode(&mut self, msg: Message, stats: &mut LegStats) -> Option<LegEvent>;
+    /// audio is not wanted). `now` is when callgate read the message.
+    fn decode(&mut self, msg: Message, stats: &mut LegStats, now: Instant) -> Option<LegEvent>;
     /// The violation for a message over the size limit.
     fn too_long(&self) -> Violation;
 }
@@ -151,7 +151,7 @@ impl<C: WsCodec> WsLink<C> {
                 None => Some(LegEvent::Gone("socket closed".into())),
                 Some(Err(e)) if is_too_long(&e) => Some(LegEvent::Violation(self.codec.too_long())),
                 Some(Err(e)) => Some(LegEvent::Gone(format!("socket error: {e}"))),
-                Some(Ok(msg)) => self.codec.decode(msg, &mut self.stats),
+                Some(Ok(msg)) => self.codec.decode(msg, &mut self.stats, Instant::now()),
             };
             if let Some(ev) = ev {
                 self.closed = ev.is_terminal();

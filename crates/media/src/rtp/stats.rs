@@ -29,6 +29,7 @@
 use std::time::{Duration, Instant};
 
 use super::rtcp::ReportBlock;
+use crate::transit::DeltaHistogram;
 
 /// A.1: a jump forward by this many packets or more is not a loss burst.
 pub const MAX_DROPOUT: u16 = 3_000;
@@ -56,6 +57,9 @@ pub struct ReceiveSummary {
     pub jitter_ms: f64,
     /// The largest jitter estimate seen, in milliseconds.
     pub max_jitter_ms: f64,
+    /// The 95th percentile of the per-packet transit difference `|D|`, in
+    /// milliseconds (see [`crate::transit`]); `None` before two packets.
+    pub jitter_p95_ms: Option<f64>,
 }
 
 /// The per-source receiver state of RFC 3550 appendix A.
@@ -69,6 +73,8 @@ pub struct ReceiverStats {
     duplicates: u64,
     ignored: u64,
     restarts: u32,
+    /// `|D|` of every counted packet, for the percentile.
+    deltas: DeltaHistogram,
 }
 
 /// Sequence state: nothing received yet, or an A.1 epoch.
@@ -180,17 +186,23 @@ pub(crate) struct InterarrivalJitter {
 impl InterarrivalJitter {
     /// Accounts one packet stamped `rtp_ts` arriving at `arrival`, on a
     /// clock of `clock_rate` units per second.
-    pub(crate) fn on_arrival(&mut self, rtp_ts: u32, arrival: Instant, clock_rate: u32) {
+    /// Returns `|D|` in timestamp units, when there was a packet before.
+    pub(crate) fn on_arrival(
+        &mut self,
+        rtp_ts: u32,
+        arrival: Instant,
+        clock_rate: u32,
+    ) -> Option<u64> {
         let epoch = *self.epoch.get_or_insert(arrival);
         let since = arrival.saturating_duration_since(epoch).as_nanos();
         // Truncating to 32 bits wraps like an RTP clock would.
         let units = (since * u128::from(clock_rate) / 1_000_000_000) as u32;
         let transit = units.wrapping_sub(rtp_ts);
-        if let Some(prev) = self.transit.replace(transit) {
-            let d = u64::from((transit.wrapping_sub(prev) as i32).unsigned_abs());
-            self.q4 = self.q4 + d - ((self.q4 + 8) >> 4);
-            self.max_q4 = self.max_q4.max(self.q4);
-        }
+        let prev = self.transit.replace(transit)?;
+        let d = u64::from((transit.wrapping_sub(prev) as i32).unsigned_abs());
+        self.q4 = self.q4 + d - ((self.q4 + 8) >> 4);
+        self.max_q4 = self.max_q4.max(self.q4);
+        Some(d)
     }
 
     /// Forgets the transit reference (a new timestamp base), keeping the
@@ -222,6 +234,7 @@ impl ReceiverStats {
             duplicates: 0,
             ignored: 0,
             restarts: 0,
+            deltas: DeltaHistogram::default(),
         }
     }
 
@@ -229,13 +242,19 @@ impl ReceiverStats {
     /// timestamp and arrival time (converted to timestamp units for the
     /// jitter estimate).
     pub fn on_packet(&mut self, seq: u16, rtp_ts: u32, arrival: Instant) {
-        match self.on_sequence(seq) {
+        let d = match self.on_sequence(seq) {
             Verdict::Counted => self.jitter.on_arrival(rtp_ts, arrival, self.clock_rate),
             Verdict::Restarted => {
                 self.jitter.restart();
-                self.jitter.on_arrival(rtp_ts, arrival, self.clock_rate);
+                self.jitter.on_arrival(rtp_ts, arrival, self.clock_rate)
             }
-            Verdict::Duplicate | Verdict::Ignored => {}
+            Verdict::Duplicate | Verdict::Ignored => None,
+        };
+        if let Some(units) = d {
+            let nanos = u128::from(units) * 1_000_000_000 / u128::from(self.clock_rate);
+            self.deltas.record(Duration::from_nanos(
+                u64::try_from(nanos).unwrap_or(u64::MAX),
+            ));
         }
     }
 
@@ -323,6 +342,7 @@ impl ReceiverStats {
             restarts: self.restarts,
             jitter_ms: self.jitter.q4 as f64 / per_ms,
             max_jitter_ms: self.jitter.max_q4 as f64 / per_ms,
+            jitter_p95_ms: self.deltas.p95().map(|d| d.as_secs_f64() * 1_000.0),
         }
     }
 }
@@ -485,6 +505,26 @@ mod tests {
         }
         assert_eq!(s.report_block(1, None, t0).jitter, 0);
         assert!(s.summary().max_jitter_ms > 1.2);
+    }
+
+    #[test]
+    fn the_jitter_p95_is_the_percentile_of_each_transit_difference() {
+        let t0 = Instant::now();
+        let mut s = ReceiverStats::new(8_000);
+        assert_eq!(s.summary().jitter_p95_ms, None);
+        // 40 packets; every tenth arrives 10 ms late (two |D| of 10 ms
+        // each: its own and the next one's), the rest on time.
+        for k in 0..40u16 {
+            let late = if k % 10 == 3 { ms(10) } else { ms(0) };
+            s.on_packet(k, 160 * u32::from(k), t0 + ms(20 * u64::from(k)) + late);
+        }
+        let sum = s.summary();
+        // 8 of 39 differences are 10 ms: the p95 is that bucket's edge.
+        assert_eq!(sum.jitter_p95_ms, Some(10.5));
+        assert!(
+            sum.jitter_ms < 10.0,
+            "the smoothed mean stays below the bursts"
+        );
     }
 
     #[test]

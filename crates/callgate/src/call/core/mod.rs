@@ -400,6 +400,11 @@ impl CallCore {
         self.last_media
     }
 
+    /// Gaps the caller heard in the middle of a reply or prompt.
+    pub fn underruns(&self) -> media::pacer::Underruns {
+        self.pacer.underruns()
+    }
+
     fn push(&mut self, c: Command) {
         self.out.push_back(c);
     }

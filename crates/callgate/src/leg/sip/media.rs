@@ -127,6 +127,9 @@ pub struct RtpReport {
     pub expected: u64,
     pub jitter_ms: f64,
     pub max_jitter_ms: f64,
+    /// The 95th percentile of each packet's transit difference `|D|`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jitter_p95_ms: Option<f64>,
     pub late: u64,
     pub duplicates: u64,
     pub concealed: u64,
@@ -480,6 +483,7 @@ impl MediaTask {
         self.counts.expected = sum.expected;
         self.counts.jitter_ms = sum.jitter_ms;
         self.counts.max_jitter_ms = sum.max_jitter_ms;
+        self.counts.jitter_p95_ms = sum.jitter_p95_ms;
         self.counts.duplicates = sum.duplicates;
         self.counts.late = jb.late;
         self.counts.concealed = jb.concealed;
