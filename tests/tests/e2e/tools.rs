@@ -43,6 +43,11 @@ async fn hanging_up_during_a_tool_call_cancels_it() {
         "{:#}",
         ledger.stats
     );
+    assert_eq!(
+        ledger.stats["delegation"]["orphaned"], 1,
+        "the hang-up left it running: {:#}",
+        ledger.stats
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let t = h.sims.dialog.tool_stats();

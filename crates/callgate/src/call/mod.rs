@@ -260,6 +260,9 @@ impl<L: Leg> CallActor<L> {
                     self.core.handle(Instant::now(), Input::Tool(refused));
                 }
             }
+            // The core cancels everything still running at its terminal
+            // transition: those tools were orphaned by the call's end.
+            Command::ToolCancel(id) if self.core.ended().is_some() => self.tools.orphan(&id),
             Command::ToolCancel(id) => self.tools.cancel(&id),
             Command::Record(r) => self.write(r),
         }

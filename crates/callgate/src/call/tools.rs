@@ -30,7 +30,13 @@ pub struct ToolStats {
     pub started: u64,
     pub completed: u64,
     pub failed: u64,
+    /// Cancelled while running, for any reason (an interruption, the end).
     pub cancelled: u64,
+    /// Of `cancelled`: still running when the call ended (its caller was
+    /// gone), so cancelled by the ending rather than by the conversation.
+    pub orphaned: u64,
+    /// Results that came back for a tool already cancelled, dropped.
+    #[serde(rename = "stale_results_dropped")]
     pub stale: u64,
     pub refused: u64,
 }
@@ -173,16 +179,21 @@ impl ToolRunner {
     /// `call::core`'s tool policy). Its result, should it still arrive, is
     /// dropped and counted as stale.
     pub fn cancel(&mut self, id: &ToolCallId) {
-        self.cancel_where(|r| &r.id == id);
+        self.cancel_where(|r| &r.id == id, false);
     }
 
-    /// The call is ending: cancel everything.
+    /// Cancels one tool call the ended call left behind (counted orphaned).
+    pub fn orphan(&mut self, id: &ToolCallId) {
+        self.cancel_where(|r| &r.id == id, true);
+    }
+
+    /// The call is ending: cancel everything (each counted orphaned).
     pub fn cancel_all(&mut self) {
-        self.cancel_where(|_| true);
+        self.cancel_where(|_| true, true);
         self.tasks.abort_all();
     }
 
-    fn cancel_where(&mut self, pred: impl Fn(&Running) -> bool) {
+    fn cancel_where(&mut self, pred: impl Fn(&Running) -> bool, orphaned: bool) {
         let ids: Vec<ToolCallId> = self
             .running
             .iter()
@@ -193,6 +204,7 @@ impl ToolRunner {
             if let Some(r) = self.running.remove(&id) {
                 r.abort.abort();
                 self.stats.cancelled += 1;
+                self.stats.orphaned += u64::from(orphaned);
                 metrics::counter!(m::TOOL_CALLS, "result" => "cancelled").increment(1);
             }
         }
@@ -302,5 +314,16 @@ mod tests {
             (r.in_flight(), r.stats.cancelled, r.stats.refused),
             (0, 1, 1)
         );
+        assert_eq!(r.stats.orphaned, 1, "cancelled by the ending");
+        let json = serde_json::to_value(r.stats).unwrap();
+        assert_eq!(json["stale_results_dropped"], 0);
+        assert_eq!(json["orphaned"], 1);
+        // An interruption's cancel is not an orphan.
+        assert!(
+            r.start(ToolCallId("c".into()), TurnId(2), "slow", "{}".into())
+                .is_none()
+        );
+        r.cancel(&ToolCallId("c".into()));
+        assert_eq!((r.stats.cancelled, r.stats.orphaned), (2, 1));
     }
 }
