@@ -3,8 +3,14 @@
 //! status, stats) with its raw lifecycle events beside it.
 //!
 //! Admin-authenticated: the route sits behind the same guard as `/admin/*`
-//! (`http::admin_guard`). `400` for an id that is not a UUID, `404` for an
-//! unknown one, `503` when Postgres does not answer in time.
+//! (`http::admin_guard`). `400` for an id that is not a UUID or a bad
+//! query, `404` for an unknown one, `503` when Postgres does not answer in
+//! time.
+//!
+//! Events come in pages: `?events_limit=N` (default [`DEFAULT_EVENTS`], at
+//! most [`MAX_EVENTS`]) and `?events_after=SEQ` (the `next_after` of the
+//! previous page). `events_page.more` says whether another page follows,
+//! so a call with a long stall history cannot make one answer unbounded.
 //!
 //! What it never returns: transcript text, slot values or audio — it reads
 //! only `call_ledger` and `call_events`, and neither holds any. It never
@@ -19,7 +25,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use serde_json::{Value, json};
@@ -33,17 +39,73 @@ use crate::metrics as m;
 /// lifted to the top of the receipt.
 const OPENING_KEYS: [&str; 4] = ["transport", "labels", "labels_truncated", "providers"];
 
+/// Events per answer unless `events_limit` says otherwise.
+pub const DEFAULT_EVENTS: u32 = 1_000;
+/// The largest `events_limit` accepted.
+pub const MAX_EVENTS: u32 = 10_000;
+
+/// Which events one answer carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventsPage {
+    pub after: Option<u32>,
+    pub limit: u32,
+}
+
+impl EventsPage {
+    /// Reads `events_after` and `events_limit` from a query string; any
+    /// other key, a repeated key or a value out of range is an error.
+    pub fn parse(query: Option<&str>) -> Result<EventsPage, String> {
+        let mut page = EventsPage {
+            after: None,
+            limit: DEFAULT_EVENTS,
+        };
+        let (mut seen_after, mut seen_limit) = (false, false);
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let number = || {
+                value
+                    .parse::<u32>()
+                    .map_err(|_| format!("{key} must be a whole number, not {value:?}"))
+            };
+            match key {
+                "events_after" if !seen_after => {
+                    seen_after = true;
+                    page.after = Some(number()?);
+                }
+                "events_limit" if !seen_limit => {
+                    seen_limit = true;
+                    page.limit = number()?;
+                    if !(1..=MAX_EVENTS).contains(&page.limit) {
+                        return Err(format!("events_limit must be 1..={MAX_EVENTS}"));
+                    }
+                }
+                "events_after" | "events_limit" => return Err(format!("{key} given twice")),
+                _ => return Err(format!("unknown query parameter {key:?}")),
+            }
+        }
+        Ok(page)
+    }
+}
+
 /// The handler.
-pub async fn session(State(app): State<Arc<App>>, Path(id): Path<String>) -> Response {
-    let (status, body) = answer(&app, &id).await;
+pub async fn session(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let (status, body) = answer(&app, &id, query.as_deref()).await;
     metrics::counter!(m::SESSION_READS, "status" => status.as_str().to_string()).increment(1);
     (status, body).into_response()
 }
 
-async fn answer(app: &App, id: &str) -> (StatusCode, Response) {
+async fn answer(app: &App, id: &str, query: Option<&str>) -> (StatusCode, Response) {
     let Ok(call) = id.parse::<CallId>() else {
         let msg = "session id must be a UUID\n";
         return (StatusCode::BAD_REQUEST, msg.into_response());
+    };
+    let page = match EventsPage::parse(query) {
+        Ok(p) => p,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n").into_response()),
     };
     let unavailable = |e: state_store::StoreError| {
         warn!(call_id = %call, error = %e, "session receipt could not be read");
@@ -55,16 +117,29 @@ async fn answer(app: &App, id: &str) -> (StatusCode, Response) {
         Ok(None) => return (StatusCode::NOT_FOUND, "no such session\n".into_response()),
         Err(e) => return unavailable(e),
     };
-    match app.store.events(call).await {
-        Ok(events) => (
-            StatusCode::OK,
-            Json(receipt_json(&row, &events)).into_response(),
-        ),
+    // One more than the page holds says whether another page follows.
+    match app
+        .store
+        .events_page(call, page.after, page.limit + 1)
+        .await
+    {
+        Ok(mut events) => {
+            let more = events.len() > page.limit as usize;
+            events.truncate(page.limit as usize);
+            let mut body = receipt_json(&row, &events);
+            body["events_page"] = json!({
+                "after": page.after,
+                "limit": page.limit,
+                "more": more,
+                "next_after": events.last().map(|e| e.seq),
+            });
+            (StatusCode::OK, Json(body).into_response())
+        }
         Err(e) => unavailable(e),
     }
 }
 
-/// The receipt of `row` with its `events`.
+/// The receipt of `row` with its `events` (one page of them).
 pub fn receipt_json(row: &LedgerRow, events: &[EventRow]) -> Value {
     let t0 = row.admitted_at;
     let stamp = |t: Option<SystemTime>| t.map_or(Value::Null, |t| stamp_json(t, t0));
@@ -167,6 +242,38 @@ mod tests {
 
     fn at(secs: u64, micros: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros)
+    }
+
+    #[test]
+    fn the_events_page_is_read_from_the_query_and_bad_ones_are_named() {
+        let page = |q: &str| EventsPage::parse(Some(q));
+        assert_eq!(
+            EventsPage::parse(None),
+            Ok(EventsPage {
+                after: None,
+                limit: DEFAULT_EVENTS
+            })
+        );
+        assert_eq!(
+            page("events_after=7&events_limit=2"),
+            Ok(EventsPage {
+                after: Some(7),
+                limit: 2
+            })
+        );
+        assert_eq!(page("").map(|p| p.limit), Ok(DEFAULT_EVENTS));
+        for bad in [
+            "events_limit=0",
+            "events_limit=10001",
+            "events_limit=-1",
+            "events_after=x",
+            "events_after",
+            "events_after=1&events_after=2",
+            "limit=5",
+        ] {
+            let e = page(bad).unwrap_err();
+            assert!(e.contains("events_") || e.contains("limit"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -376,6 +376,28 @@ impl Store {
         rows.iter().map(EventRow::from_row).collect()
     }
 
+    /// At most `limit` of the call's events with `seq` above `after` (all
+    /// of them from the start: `None`), in order — a page of
+    /// [`Store::events`].
+    ///
+    /// # Errors
+    /// Provider errors.
+    pub async fn events_page(
+        &self,
+        id: CallId,
+        after: Option<u32>,
+        limit: u32,
+    ) -> Result<Vec<EventRow>, StoreError> {
+        let sql = "SELECT seq, at, kind, detail FROM call_events \
+                   WHERE call_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+        let after = after.map_or(-1, i64::from);
+        let mut conn = self.inner.pool.checkout().await?;
+        let rows = conn
+            .query("events_page", sql, &[&id.0, &after, &i64::from(limit)])
+            .await?;
+        rows.iter().map(EventRow::from_row).collect()
+    }
+
     /// The call's slots by name.
     ///
     /// # Errors
