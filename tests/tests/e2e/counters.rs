@@ -386,3 +386,47 @@ async fn a_running_tool_counts_as_delegating_pressure() {
     h.assert_all_closed().await;
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_reconnecting_counts_as_recovering_pressure() {
+    let _serial = SERIAL.lock().await;
+    let mut sim = SimConfig::default();
+    // The first TTS socket drops 3 s in; reconnects are refused for 2 s
+    // after it, so the call is recovering long enough to be seen.
+    sim.tts.close_after_ms = Some(3_000);
+    sim.tts.faulty_sessions = Some(1);
+    sim.tts.down_after_fault_ms = Some(2_000);
+    let h = Harness::start(sim, |cfg| fast_reconciler(cfg, 10)).await;
+    let (mut c, _) = live_call(&h).await;
+    let s = status(&h).await;
+    assert_eq!(s["pressure"]["components"]["recovering"], 0, "{s:#}");
+    let s = eventually(
+        PATIENCE,
+        "the call recovering",
+        async || {
+            // Keep reading so the call's outbound audio never backs up.
+            c.stream_for(&[], Duration::from_millis(50)).await;
+            status(&h).await
+        },
+        |s| s["pressure"]["components"]["recovering"] == 1,
+    )
+    .await;
+    let weight = s["pressure"]["weights"]["recovering"].as_f64().unwrap();
+    let score = s["pressure"]["score"].as_f64().unwrap();
+    assert!(score >= 1.0 + weight, "{s:#}");
+    assert_eq!(
+        h.sims.tts.stats().faulted_sessions,
+        1,
+        "the drop is the cause"
+    );
+    hang_up(&mut c).await;
+    eventually(
+        PATIENCE,
+        "no call recovering",
+        async || status(&h).await,
+        |s| s["pressure"]["components"]["recovering"] == 0,
+    )
+    .await;
+    h.assert_all_closed().await;
+    h.stop().await;
+}
