@@ -314,6 +314,17 @@ impl Harness {
     }
 }
 
+/// `POST /admin/drain` (allowed from loopback without a token).
+pub async fn drain(r: &Running) {
+    callgate::ensure_tls_provider();
+    let resp = reqwest::Client::new()
+        .post(format!("http://{}/admin/drain", r.addr))
+        .send()
+        .await
+        .expect("POST /admin/drain");
+    assert_eq!(resp.status().as_u16(), 202, "drain refused");
+}
+
 /// A second server against the harness's Postgres and simulators: the
 /// same configuration (then `tweak`) but its own instance name, loopback
 /// listeners (HTTP, SIP, agent: ports the OS chooses) and a disjoint RTP

@@ -45,6 +45,7 @@ pub mod refusals;
 pub mod retention;
 pub mod server;
 pub mod sessions;
+pub mod text;
 pub mod twilio;
 
 /// Installs the process's TLS crypto provider (ring) unless one is already

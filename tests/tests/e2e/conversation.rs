@@ -54,6 +54,8 @@ async fn a_confirmed_booking_runs_both_tools_and_the_bot_ends_the_call() {
             ("time".into(), "19:30".into())
         ]
     );
+    // Its four tool events, read back a page at a time.
+    crate::sessions::assert_events_page(&h, ledger.call_id, None).await;
     h.assert_all_closed().await;
     h.stop().await;
 }

@@ -66,6 +66,38 @@ fn metric(text: &str, series: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
 }
 
+/// The reconciliation receipts, once there is one.
+async fn first_receipts(h: &Harness) -> Vec<state_store::ReconciliationRow> {
+    let store = &h.server.app.store;
+    eventually(
+        PATIENCE,
+        "a reconciliation receipt",
+        async || store.reconciliation_receipts(&h.instance).await.unwrap(),
+        |r| !r.is_empty(),
+    )
+    .await
+}
+
+async fn receipt_count(h: &Harness) -> usize {
+    let store = &h.server.app.store;
+    store
+        .reconciliation_receipts(&h.instance)
+        .await
+        .unwrap()
+        .len()
+}
+
+/// Waits until `/admin/status` shows no divergence in `direction`.
+async fn healed(h: &Harness, direction: &str) {
+    eventually(
+        PATIENCE,
+        "the divergence healed",
+        async || status(h).await,
+        |s| divergence(s, direction)["sessions"] == 0,
+    )
+    .await;
+}
+
 async fn live_call(h: &Harness) -> (RawCall, uuid::Uuid) {
     let mut c = RawCall::connect(&h.ws_url()).await;
     c.start().await;
@@ -205,14 +237,7 @@ async fn a_row_closed_behind_callgates_back_writes_one_receipt() {
         .await
         .unwrap();
     assert_eq!(closed, 1);
-    let store = &h.server.app.store;
-    let receipts = eventually(
-        PATIENCE,
-        "a reconciliation receipt",
-        async || store.reconciliation_receipts(&h.instance).await.unwrap(),
-        |r| !r.is_empty(),
-    )
-    .await;
+    let receipts = first_receipts(&h).await;
     let r = &receipts[0].receipt;
     assert_eq!(r.direction, "leaked_or_delayed_cleanup");
     assert_eq!(
@@ -229,14 +254,7 @@ async fn a_row_closed_behind_callgates_back_writes_one_receipt() {
 
     // It goes on: still one receipt, and the metrics show it.
     c.stream_for(&[], Duration::from_millis(1_500)).await;
-    assert_eq!(
-        store
-            .reconciliation_receipts(&h.instance)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    assert_eq!(receipt_count(&h).await, 1);
     let metrics = h.metrics_text().await;
     let d = r#"{direction="leaked_or_delayed_cleanup"}"#;
     assert_eq!(
@@ -274,21 +292,8 @@ async fn a_row_closed_behind_callgates_back_writes_one_receipt() {
 
     // The call ends: the episode is over and nothing more is written.
     hang_up(&mut c).await;
-    eventually(
-        PATIENCE,
-        "the divergence healed",
-        async || status(&h).await,
-        |s| divergence(s, "leaked_or_delayed_cleanup")["sessions"] == 0,
-    )
-    .await;
-    assert_eq!(
-        store
-            .reconciliation_receipts(&h.instance)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    healed(&h, "leaked_or_delayed_cleanup").await;
+    assert_eq!(receipt_count(&h).await, 1);
     h.assert_all_closed().await;
     h.stop().await;
 }
@@ -306,13 +311,7 @@ async fn an_open_row_with_no_call_is_reported_as_false_capacity() {
     .await
     .unwrap();
     let store = &h.server.app.store;
-    let receipts = eventually(
-        PATIENCE,
-        "a reconciliation receipt",
-        async || store.reconciliation_receipts(&h.instance).await.unwrap(),
-        |r| !r.is_empty(),
-    )
-    .await;
+    let receipts = first_receipts(&h).await;
     let r = &receipts[0].receipt;
     assert_eq!(r.direction, "false_capacity_or_lost_ownership");
     assert_eq!(
@@ -330,21 +329,8 @@ async fn an_open_row_with_no_call_is_reported_as_false_capacity() {
     )
     .await
     .unwrap();
-    eventually(
-        PATIENCE,
-        "the divergence healed",
-        async || status(&h).await,
-        |s| divergence(s, "false_capacity_or_lost_ownership")["sessions"] == 0,
-    )
-    .await;
-    assert_eq!(
-        store
-            .reconciliation_receipts(&h.instance)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    healed(&h, "false_capacity_or_lost_ownership").await;
+    assert_eq!(receipt_count(&h).await, 1);
     h.stop().await;
 }
 

@@ -23,7 +23,7 @@ use callgate_load::{LoadConfig, Outcome};
 use callgate_sim::SimConfig;
 use callgate_tests::haproxy::{Backend, Haproxy, HaproxyOpts, ServerState};
 use callgate_tests::raw::RawCall;
-use callgate_tests::{Harness, eventually, second_instance};
+use callgate_tests::{Harness, drain, eventually, second_instance};
 
 /// Each instance's pinned capacity.
 const CAPACITY: u32 = 10;
@@ -344,15 +344,4 @@ fn direct_url(r: &Running) -> String {
 
 fn active(r: &Running) -> u32 {
     r.app.gate.snapshot().active
-}
-
-/// `POST /admin/drain` (allowed from loopback without a token).
-async fn drain(r: &Running) {
-    callgate::ensure_tls_provider();
-    let resp = reqwest::Client::new()
-        .post(format!("http://{}/admin/drain", r.addr))
-        .send()
-        .await
-        .expect("POST /admin/drain");
-    assert_eq!(resp.status().as_u16(), 202, "drain refused");
 }

@@ -34,7 +34,7 @@ use callgate::server::Running;
 use callgate_sim::SimConfig;
 use callgate_tests::kamailio::{DsState, HarnessError, KamOpts, Kamailio, free_udp_addrs};
 use callgate_tests::sipp::{Sipp, SippOpts, SippOutcome, SippRun};
-use callgate_tests::{Harness, eventually, second_instance, sip};
+use callgate_tests::{Harness, drain, eventually, second_instance, sip};
 
 /// Overlapping calls placed while both instances are in rotation.
 const SPREAD_CALLS: u32 = 8;
@@ -401,17 +401,6 @@ async fn blocking<T: Send + 'static>(
         .await
         .expect("a kamailio harness task")
         .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// `POST /admin/drain` (allowed from loopback without a token).
-async fn drain(r: &Running) {
-    callgate::ensure_tls_provider();
-    let resp = reqwest::Client::new()
-        .post(format!("http://{}/admin/drain", r.addr))
-        .send()
-        .await
-        .expect("POST /admin/drain");
-    assert_eq!(resp.status().as_u16(), 202, "drain refused");
 }
 
 fn sip_addr(r: &Running) -> SocketAddr {

@@ -238,12 +238,7 @@ async fn an_info_digit_reaches_the_call() {
 async fn options_is_200_while_serving_and_503_after_a_drain() {
     let h = sip::start(SimConfig::default(), |_| {}).await;
     run(&h, "options_200.xml", opts(10)).await;
-    let resp = reqwest::Client::new()
-        .post(format!("http://{}/admin/drain", h.server.addr))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 202);
+    callgate_tests::drain(&h.server).await;
     run(&h, "options_503.xml", opts(10)).await;
     // A new INVITE follows the rejection policy (503 by default).
     let o = SippOpts {

@@ -85,25 +85,12 @@ impl Labels {
     }
 
     fn insert(&mut self, key: String, value: &str) {
-        let cut = cut(value, MAX_LABEL_VALUE_BYTES);
+        let cut = crate::text::prefix_within(value, MAX_LABEL_VALUE_BYTES);
         if cut.len() < value.len() {
             self.truncated += 1;
         }
         self.kept.insert(key, cut.to_string());
     }
-}
-
-/// The longest prefix of `s` within `max` bytes that ends on a character
-/// boundary.
-fn cut(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// The receipt fields known at admission, written as the ledger row's

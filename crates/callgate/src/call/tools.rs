@@ -248,7 +248,10 @@ async fn call_tool(
             match resp.text().await {
                 Ok(body) if status.is_success() => (body, false),
                 Ok(body) => (
-                    error_json(&format!("tool answered {status}: {}", truncate(&body, 200))),
+                    error_json(&format!(
+                        "tool answered {status}: {}",
+                        crate::text::prefix_within(&body, 200)
+                    )),
                     true,
                 ),
                 Err(e) => (error_json(&format!("tool body unreadable: {e}")), true),
@@ -266,13 +269,6 @@ async fn call_tool(
 
 fn error_json(msg: &str) -> String {
     serde_json::json!({ "error": msg }).to_string()
-}
-
-fn truncate(s: &str, n: usize) -> &str {
-    match s.char_indices().nth(n) {
-        Some((i, _)) => &s[..i],
-        None => s,
-    }
 }
 
 #[cfg(test)]

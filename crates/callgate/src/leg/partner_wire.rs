@@ -23,6 +23,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::text::prefix_within;
+
 /// Longest text message accepted from a partner, in bytes.
 pub const MAX_TEXT_BYTES: usize = 16 * 1024;
 /// Longest `start.call_id`, in characters (it must have at least one).
@@ -180,7 +182,7 @@ impl WireError {
     /// (cut to [`MAX_EVENT_NAME_BYTES`]).
     pub fn unexpected(event: &str, detail: impl Into<String>) -> WireError {
         WireError::UnexpectedEvent {
-            event: truncate(event, MAX_EVENT_NAME_BYTES).to_string(),
+            event: prefix_within(event, MAX_EVENT_NAME_BYTES).to_string(),
             detail: detail.into(),
         }
     }
@@ -220,7 +222,7 @@ pub fn parse_text(text: &str) -> Result<Inbound, WireError> {
             }),
         "stop" => Ok(Inbound::Stop),
         other => Ok(Inbound::Unknown(
-            truncate(other, MAX_EVENT_NAME_BYTES).to_string(),
+            prefix_within(other, MAX_EVENT_NAME_BYTES).to_string(),
         )),
     }
 }
@@ -250,7 +252,7 @@ fn parse_start(msg: &Map<String, Value>) -> Result<Start, WireError> {
     let content_type = string_field(msg, "content-type").map_err(bad)?;
     let format = WireFormat::from_content_type(content_type).ok_or_else(|| {
         WireError::UnsupportedFormat {
-            content_type: truncate(content_type, MAX_EVENT_NAME_BYTES).to_string(),
+            content_type: prefix_within(content_type, MAX_EVENT_NAME_BYTES).to_string(),
         }
     })?;
     let metadata = match msg.get("metadata") {
@@ -274,7 +276,7 @@ fn parse_metadata(entries: &Map<String, Value>) -> Result<BTreeMap<String, Strin
     }
     let mut out = BTreeMap::new();
     for (key, value) in entries {
-        let shown = truncate(key, MAX_METADATA_KEY_BYTES);
+        let shown = prefix_within(key, MAX_METADATA_KEY_BYTES);
         if key.len() > MAX_METADATA_KEY_BYTES {
             return Err(format!(
                 "`metadata` key {shown:?}… is {} bytes: at most {MAX_METADATA_KEY_BYTES} allowed",
@@ -309,7 +311,7 @@ fn parse_dtmf(msg: &Map<String, Value>) -> Result<char, WireError> {
         (Some(c @ ('0'..='9' | '*' | '#' | 'A'..='D')), None) => Ok(c),
         _ => Err(bad(format!(
             "`digit` {:?} is not one of 0-9 * # A-D",
-            truncate(digit, MAX_EVENT_NAME_BYTES)
+            prefix_within(digit, MAX_EVENT_NAME_BYTES)
         ))),
     }
 }
@@ -332,19 +334,6 @@ fn kind(value: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
-}
-
-/// The longest prefix of `s` of at most `max` bytes that ends on a
-/// character boundary.
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 // ---- builders (callgate → partner) ------------------------------------

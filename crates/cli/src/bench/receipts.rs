@@ -84,17 +84,23 @@ pub async fn read(
     to: SystemTime,
 ) -> anyhow::Result<Vec<Receipt>> {
     let sql = query(instance, from, to)?;
+    parse(&psql(conninfo, &sql, "the receipts").await?)
+}
+
+/// Runs `sql` with `psql` (bounded by [`QUERY_TIMEOUT`]) and returns its
+/// unaligned output; `what` names what was read, for the error.
+pub async fn psql(conninfo: &str, sql: &str, what: &str) -> anyhow::Result<Vec<u8>> {
     let run = tokio::process::Command::new("psql")
         .args(["--no-psqlrc", "-X", "-At", "-v", "ON_ERROR_STOP=1", "-d"])
         .arg(conninfo)
         .arg("-c")
-        .arg(&sql)
+        .arg(sql)
         .kill_on_drop(true)
         .output();
     let out = tokio::time::timeout(QUERY_TIMEOUT, run)
         .await
         .context("psql did not answer in time")?
-        .context("running psql (the PostgreSQL client) to read the receipts")?;
+        .with_context(|| format!("running psql (the PostgreSQL client) to read {what}"))?;
     if !out.status.success() {
         bail!(
             "psql failed ({}): {}",
@@ -102,11 +108,12 @@ pub async fn read(
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    parse(&out.stdout)
+    Ok(out.stdout)
 }
 
-/// The query; `instance` is checked to be a plain name (it is inlined).
-fn query(instance: &str, from: SystemTime, to: SystemTime) -> anyhow::Result<String> {
+/// `instance` checked to be a plain name (queries inline it) and the window
+/// `from..to` in seconds since 1970.
+pub fn window(instance: &str, from: SystemTime, to: SystemTime) -> anyhow::Result<(f64, f64)> {
     let plain = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
     if instance.is_empty() || !instance.chars().all(plain) {
         bail!("instance name {instance:?} is not a plain name");
@@ -116,12 +123,16 @@ fn query(instance: &str, from: SystemTime, to: SystemTime) -> anyhow::Result<Str
             .context("a time before 1970")?
             .as_secs_f64())
     };
+    Ok((secs(from)?, secs(to)?))
+}
+
+/// The query.
+fn query(instance: &str, from: SystemTime, to: SystemTime) -> anyhow::Result<String> {
+    let (from, to) = window(instance, from, to)?;
     Ok(format!(
         "SELECT coalesce(json_agg(json_build_object('carrier_call_id', carrier_call_id, \
          'stats', stats)), '[]'::json) FROM call_ledger WHERE owner_instance = '{instance}' \
-         AND admitted_at BETWEEN to_timestamp({:.6}) AND to_timestamp({:.6})",
-        secs(from)?,
-        secs(to)?
+         AND admitted_at BETWEEN to_timestamp({from:.6}) AND to_timestamp({to:.6})"
     ))
 }
 

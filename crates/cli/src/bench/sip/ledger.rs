@@ -10,15 +10,12 @@
 //! The tally is pure and tested on JSON.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use super::row::Ingress;
-
-/// Bound on the one query.
-const QUERY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The receipts' RTP receive figures (`stats.media.transport`), over a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -140,39 +137,13 @@ pub async fn read(
     to: SystemTime,
 ) -> anyhow::Result<Tally> {
     let sql = query(instance, from, to)?;
-    let run = tokio::process::Command::new("psql")
-        .args(["--no-psqlrc", "-X", "-At", "-v", "ON_ERROR_STOP=1", "-d"])
-        .arg(conninfo)
-        .arg("-c")
-        .arg(&sql)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(QUERY_TIMEOUT, run)
-        .await
-        .context("psql did not answer in time")?
-        .context("running psql (the PostgreSQL client) to read the server's rows")?;
-    if !out.status.success() {
-        bail!(
-            "psql failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    parse(&out.stdout, ingress)
+    let out = crate::bench::receipts::psql(conninfo, &sql, "the server's rows").await?;
+    parse(&out, ingress)
 }
 
-/// The query; `instance` is checked to be a plain name (it is inlined).
+/// The query (`instance` checked by `receipts::window`).
 fn query(instance: &str, from: SystemTime, to: SystemTime) -> anyhow::Result<String> {
-    let plain = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-    if instance.is_empty() || !instance.chars().all(plain) {
-        bail!("instance name {instance:?} is not a plain name");
-    }
-    let secs = |t: SystemTime| -> anyhow::Result<f64> {
-        Ok(t.duration_since(UNIX_EPOCH)
-            .context("a time before 1970")?
-            .as_secs_f64())
-    };
-    let (from, to) = (secs(from)?, secs(to)?);
+    let (from, to) = crate::bench::receipts::window(instance, from, to)?;
     Ok(format!(
         "SELECT json_build_object(\
            'ledger', (SELECT coalesce(json_agg(json_build_object(\
@@ -196,6 +167,8 @@ fn parse(stdout: &[u8], ingress: Ingress) -> anyhow::Result<Tally> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
     use super::*;
 
     #[test]
