@@ -16,6 +16,7 @@ mod db_freeze;
 mod db_stall;
 mod haproxy;
 mod interleavings;
+mod kubernetes;
 mod one_call;
 mod operations;
 mod overload;
