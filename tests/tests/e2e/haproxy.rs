@@ -52,16 +52,19 @@ async fn haproxy_shows_the_reported_weights_and_the_counters_converge() {
     )
     .await;
     let began = Instant::now();
-    let seen = pool.wait_weights("A at 70 %, B at 100 %", [70, 100]).await;
+    pool.wait_weights("A at 70 %, B at 100 %", [70, 100]).await;
     eprintln!(
         "HAProxy showed A's new weight {:?} after its third call",
         began.elapsed()
     );
-    assert_eq!(
-        [seen[0].weight, seen[1].weight],
-        [70, 100],
-        "effective = user weight: {seen:#?}"
-    );
+    // HAProxy takes an agent's weight as the user weight at once and
+    // applies it to the effective weight in a deferred server-state
+    // update, so one snapshot can show the new user weight beside the old
+    // effective one: wait (bounded) for the effective weight to follow.
+    pool.wait_for("A's effective weight at 70 %", |s| {
+        [s[0].weight, s[1].weight] == [70, 100]
+    })
+    .await;
     for r in [pool.a(), &pool.b] {
         let (sessions, at) = r.app.routing.last().expect("a routing report");
         assert_eq!(
