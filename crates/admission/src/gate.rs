@@ -200,9 +200,16 @@ impl Gate {
     /// waiter is woken with `Draining`. A slot granted to a waiter whose ticket
     /// has not collected it yet is taken back (that ticket also gets `Draining`),
     /// so no permit appears after this call. Live permits are untouched and
-    /// release normally. Idempotent; there is no way back (a drained instance restarts).
+    /// release normally. Idempotent; [`Gate::end_drain`] reopens admission.
     pub fn start_drain(&self, now: Instant) {
         self.shared.with(|s, wake| s.start_drain(now, wake));
+    }
+
+    /// Cancels a drain: admissions after this call are decided as before it
+    /// began. What the drain refused stays refused. Returns whether the gate
+    /// was draining.
+    pub fn end_drain(&self, now: Instant) -> bool {
+        self.shared.with(|s, _| s.end_drain(now))
     }
 
     /// Records a dependency's health, from the server's health checks. While any

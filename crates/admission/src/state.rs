@@ -438,6 +438,11 @@ impl State {
         self.revoke_unclaimed_grants(now);
     }
 
+    pub(crate) fn end_drain(&mut self, now: Instant) -> bool {
+        self.observe(now);
+        std::mem::replace(&mut self.draining, false)
+    }
+
     /// Turns grants no ticket has collected yet into `Draining` rejections and
     /// frees their slots, so no permit comes into existence after a drain
     /// starts. Their tickets were already woken by the grant.

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use admission::{CapacitySetting, Ceilings, Gate, GateConfig};
 use metrics_exporter_prometheus::PrometheusHandle;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, MaxCalls, ms};
@@ -28,9 +27,8 @@ pub struct App {
     /// For tool calls and the overflow webhook.
     pub http: reqwest::Client,
     pub metrics: PrometheusHandle,
-    /// Cancelled when the drain deadline passes: calls still running end
-    /// with a goodbye prompt and reason `drain_deadline`.
-    pub hard_stop: CancellationToken,
+    /// The drain: its plan, and the orders every call watches.
+    pub drain: crate::drain::Drain,
     /// Every call task, so a drain can wait for them all.
     pub calls: TaskTracker,
     pub counters: Counters,
@@ -143,7 +141,7 @@ impl App {
             dialog,
             http,
             metrics,
-            hard_stop: CancellationToken::new(),
+            drain: crate::drain::Drain::default(),
             calls: TaskTracker::new(),
             counters: Counters::default(),
             routing: crate::reconcile::RoutingReport::default(),

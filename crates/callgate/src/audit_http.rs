@@ -141,6 +141,29 @@ pub fn record_draining(app: &App, detail: serde_json::Value) {
     });
 }
 
+/// Records `undrained`, stamped now, and waits for it (bounded): admission
+/// reopens only once the declaration is in, so the auditor never sees an
+/// admission its instance had not declared legal.
+///
+/// # Errors
+/// A short reason when the write failed or timed out (the detail is logged).
+pub async fn record_undrained(app: &App, detail: serde_json::Value) -> Result<(), &'static str> {
+    let write =
+        app.store
+            .record_instance_event(InstanceEventKind::Undrained, SystemTime::now(), detail);
+    match tokio::time::timeout(DECLARATION_TIMEOUT, write).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => {
+            warn!(error = %e, "could not record the end of the drain in instance_events");
+            Err("database error")
+        }
+        Err(_) => {
+            warn!("recording the end of the drain in instance_events timed out");
+            Err("timed out")
+        }
+    }
+}
+
 /// UTC, second precision: `2026-05-09T07:29:33Z`.
 fn rfc3339(t: SystemTime) -> String {
     let secs = t

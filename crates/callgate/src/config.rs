@@ -16,10 +16,12 @@ use reconnect::ReconnectPolicy;
 use serde::{Deserialize, Serialize};
 
 mod agent;
+mod drain;
 mod ledger;
 mod receipt;
 mod sip;
 pub use agent::AgentConfig;
+pub use drain::{DrainConfig, DrainPolicy};
 pub use ledger::{LedgerConfig, PressureConfig};
 pub use receipt::{MAX_LABEL_KEY_BYTES, MAX_LABEL_VALUE_BYTES, ReceiptConfig, RetentionConfig};
 pub use sip::{SipConfig, SipOverflow};
@@ -54,6 +56,8 @@ pub struct Config {
     pub pressure: PressureConfig,
     /// The HAProxy agent-check responder (`agent`).
     pub agent: AgentConfig,
+    /// What a drain does to live calls, and when it gives up on them.
+    pub drain: DrainConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -63,8 +67,6 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// This instance's name: the owner recorded in the session ledger.
     pub instance: String,
-    /// How long a drain waits for calls to finish before ending them.
-    pub drain_timeout_s: u64,
     /// When set, `/admin/*` requires `Authorization: Bearer <token>` from every
     /// peer; unset, `/admin/*` answers loopback peers only.
     pub admin_token: Option<String>,
@@ -75,7 +77,6 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
             instance: default_instance(),
-            drain_timeout_s: 300,
             admin_token: None,
         }
     }
@@ -536,6 +537,7 @@ impl Config {
             );
         }
         self.sip.validate().map_err(ConfigError::Invalid)?;
+        self.drain.validate().map_err(ConfigError::Invalid)?;
         self.ledger.validate().map_err(ConfigError::Invalid)?;
         self.pressure.validate().map_err(ConfigError::Invalid)?;
         self.receipt.validate().map_err(ConfigError::Invalid)?;

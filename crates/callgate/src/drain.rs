@@ -1,20 +1,169 @@
-//! Draining: stop admitting, let calls finish, end the rest at a deadline.
+//! Draining: stop admitting, let calls finish or hand them over, end the
+//! rest at a deadline, and say what happened.
 //!
-//! Sequence (DESIGN.md "Drain"): the gate starts refusing with `draining`
-//! (queued callers are woken with it and take the overflow path), readiness
-//! fails; calls run on until `deadline`; then the hard stop makes every call
-//! still running play its goodbye prompt and end with reason
-//! `drain_deadline`. Nothing is dropped without a receipt.
+//! Sequence (DESIGN.md "Drain"): [`begin`] closes the gate at once — from
+//! its return on `/readyz` answers 503, the HAProxy agent says `drain`, SIP
+//! OPTIONS answers 503, queued callers are woken with `draining` and take
+//! their ingress's overflow path — and records `draining` in
+//! `instance_events` (spawned, bounded: a drain never waits on Postgres).
+//! Live calls then follow `[drain].policy`: `finish` lets them run on;
+//! `transfer` sends each an [`Order::Transfer`] and the call core hands it
+//! to the human path at its next turn boundary. [`run_until_done`] waits until no
+//! call is left or the deadline passes; at the deadline [`Order::Deadline`]
+//! makes every call still running play its goodbye and end with
+//! `drain_deadline`. A second signal shortens the deadline to
+//! `[drain].grace_s` ([`shorten`]); [`undrain`] cancels a drain the admin
+//! API started. Nothing is dropped without a receipt.
+//!
+//! The decisions on time are [`Plan`]'s (sans-IO, `now` passed in); this
+//! module's functions are the shell around the gate and the calls.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::app::{App, Counters};
+use crate::config::DrainPolicy;
 
 /// How often the drain looks at the counts.
 const POLL: Duration = Duration::from_millis(100);
+
+/// What every call is told to do about the drain. Calls watch it
+/// (`Drain::orders`); a call set up after an order still sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// No drain, or a `finish` drain: run on.
+    Serve,
+    /// A `transfer` drain: hand over at the next turn boundary.
+    Transfer,
+    /// The deadline passed: goodbye, then `drain_deadline`.
+    Deadline,
+}
+
+/// Who started the drain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// `POST /admin/drain`: [`undrain`] may cancel it.
+    Admin,
+    /// `SIGTERM`/`SIGINT`: the process is shutting down; it cannot be
+    /// cancelled.
+    Signal,
+}
+
+impl Origin {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Origin::Admin => "admin",
+            Origin::Signal => "signal",
+        }
+    }
+}
+
+/// The timing of one drain (sans-IO).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    pub origin: Origin,
+    pub policy: DrainPolicy,
+    pub started: Instant,
+    pub deadline: Instant,
+    /// The deadline has passed and the remaining calls were told so.
+    pub expired: bool,
+}
+
+impl Plan {
+    pub fn new(origin: Origin, policy: DrainPolicy, now: Instant, deadline: Duration) -> Self {
+        Plan {
+            origin,
+            policy,
+            started: now,
+            deadline: now + deadline,
+            expired: false,
+        }
+    }
+
+    /// A second signal: the deadline moves to `grace` from `now`, never
+    /// later than it was. Returns whether it moved.
+    pub fn shorten(&mut self, now: Instant, grace: Duration) -> bool {
+        let sooner = now + grace;
+        let moved = sooner < self.deadline;
+        self.deadline = self.deadline.min(sooner);
+        moved
+    }
+
+    /// Whether the deadline is due and not yet acted on; marks it acted on.
+    pub fn expire(&mut self, now: Instant) -> bool {
+        let due = !self.expired && now >= self.deadline;
+        self.expired |= due;
+        due
+    }
+
+    /// Why this drain cannot be cancelled, if it cannot.
+    pub fn undrain_refusal(&self) -> Option<UndrainRefused> {
+        match (self.origin, self.expired) {
+            (Origin::Signal, _) => Some(UndrainRefused::ShuttingDown),
+            (_, true) => Some(UndrainRefused::DeadlinePassed),
+            (Origin::Admin, false) => None,
+        }
+    }
+}
+
+/// Why `POST /admin/undrain` was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum UndrainRefused {
+    #[error("not draining")]
+    NotDraining,
+    #[error("the drain was started by a signal: the process is shutting down")]
+    ShuttingDown,
+    #[error("the drain deadline has passed: the remaining calls are already ending")]
+    DeadlinePassed,
+    #[error("the end of the drain could not be recorded in instance_events: {0}")]
+    NotRecorded(&'static str),
+}
+
+/// The drain's process-wide state, on [`App`].
+pub struct Drain {
+    orders: watch::Sender<Order>,
+    plan: Mutex<Option<Plan>>,
+}
+
+impl Default for Drain {
+    fn default() -> Self {
+        Drain {
+            orders: watch::Sender::new(Order::Serve),
+            plan: Mutex::new(None),
+        }
+    }
+}
+
+impl Drain {
+    /// What calls are told; a new receiver sees the current order first.
+    pub fn orders(&self) -> watch::Receiver<Order> {
+        self.orders.subscribe()
+    }
+
+    /// The current drain, if any.
+    pub fn plan(&self) -> Option<Plan> {
+        *self.lock()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Plan>> {
+        self.plan
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Tells every call, once per change: a repeated order wakes nobody
+    /// (a second `Deadline` would restart a goodbye).
+    fn order(&self, order: Order) {
+        self.orders.send_if_modified(|current| {
+            let changed = *current != order;
+            *current = order;
+            changed
+        });
+    }
+}
 
 /// Whether any call is still in progress in any phase.
 pub fn calls_in_progress(app: &App) -> u64 {
@@ -22,48 +171,227 @@ pub fn calls_in_progress(app: &App) -> u64 {
     snap.active as u64 + snap.queued as u64 + Counters::get(&app.counters.overflowing)
 }
 
-/// Drains until no call is left or the deadline (plus the time the last
-/// calls need to say goodbye) has passed. Returns the calls still running.
-pub async fn run(app: Arc<App>, deadline: Instant) -> u64 {
-    begin(&app);
-    finish(app, deadline).await
+/// Closes admission now and starts the policy: from its return on, the gate
+/// refuses and readiness fails. Returns false (and changes nothing but a
+/// signal's claim on the drain) when a drain was already under way.
+pub fn begin(app: &App, origin: Origin) -> bool {
+    begin_within(app, origin, Duration::from_secs(app.cfg().drain.deadline_s))
 }
 
-/// Closes admission now: from its return on, the gate refuses and
-/// readiness fails. Safe to call again.
-pub fn begin(app: &App) {
-    let first = !app.gate.is_draining();
-    app.gate.start_drain(Instant::now());
+/// [`begin`] with a deadline other than `[drain].deadline_s` (tests, the
+/// embedded rig).
+pub fn begin_within(app: &App, origin: Origin, deadline: Duration) -> bool {
+    let cfg = app.cfg();
+    let now = Instant::now();
+    let mut plan = app.drain.lock();
+    if let Some(p) = plan.as_mut() {
+        // A signal during an admin drain makes it the shutdown's drain.
+        if origin == Origin::Signal {
+            p.origin = Origin::Signal;
+        }
+        return false;
+    }
+    let policy = cfg.drain.policy;
+    *plan = Some(Plan::new(origin, policy, now, deadline));
+    app.gate.start_drain(now);
+    drop(plan);
+    if policy == DrainPolicy::Transfer {
+        app.drain.order(Order::Transfer);
+    }
     metrics::gauge!(crate::metrics::DRAINING).set(1.0);
     let in_progress = calls_in_progress(app);
-    info!(in_progress, "drain started: admission closed");
-    if first {
-        // Stamped after admission closed; spawned and bounded, never awaited.
-        crate::audit_http::record_draining(app, serde_json::json!({ "in_progress": in_progress }));
+    info!(
+        in_progress,
+        policy = policy.as_str(),
+        origin = origin.as_str(),
+        deadline_s = deadline.as_secs(),
+        "drain started: admission closed"
+    );
+    // Stamped after admission closed; spawned and bounded, never awaited.
+    crate::audit_http::record_draining(
+        app,
+        serde_json::json!({
+            "in_progress": in_progress,
+            "policy": policy.as_str(),
+            "origin": origin.as_str(),
+            "deadline_s": deadline.as_secs(),
+        }),
+    );
+    true
+}
+
+/// A second `SIGTERM`/`SIGINT`: the deadline moves to `[drain].grace_s`
+/// from now (never later). The goodbye, the receipts and the flush still
+/// happen.
+pub fn shorten(app: &App) {
+    let grace = Duration::from_secs(app.cfg().drain.grace_s);
+    let mut plan = app.drain.lock();
+    let Some(p) = plan.as_mut() else {
+        return;
+    };
+    if p.shorten(Instant::now(), grace) {
+        warn!(
+            grace_s = grace.as_secs(),
+            "second signal: the drain deadline is now {} s away",
+            grace.as_secs()
+        );
+    } else {
+        info!("second signal: the drain deadline is already sooner than the grace");
     }
 }
 
-/// After [`begin`]: lets calls finish until `deadline`, then ends the rest.
-pub async fn finish(app: Arc<App>, deadline: Instant) -> u64 {
-    while calls_in_progress(&app) > 0 && Instant::now() < deadline {
+/// Cancels a drain started by `POST /admin/drain` before its deadline.
+/// `undrained` is recorded in `instance_events` *before* admission reopens
+/// (awaited, bounded), so no admission can precede its own declaration.
+/// Calls already handing over go on; the others stay.
+///
+/// # Errors
+/// Not draining, a signal's drain, a deadline already passed, or the
+/// declaration not written.
+pub async fn undrain(app: &App) -> Result<(), UndrainRefused> {
+    let plan = app.drain.plan().ok_or(UndrainRefused::NotDraining)?;
+    if let Some(why) = plan.undrain_refusal() {
+        return Err(why);
+    }
+    let waited = Instant::now().saturating_duration_since(plan.started);
+    crate::audit_http::record_undrained(
+        app,
+        serde_json::json!({ "drained_ms": waited.as_millis() as u64 }),
+    )
+    .await
+    .map_err(UndrainRefused::NotRecorded)?;
+    let mut current = app.drain.lock();
+    // Re-checked under the lock: a signal or the deadline may have come
+    // while the declaration was written (then the row is harmless: the
+    // next admission is still refused, which is what it says).
+    if let Some(why) = current.as_ref().and_then(Plan::undrain_refusal) {
+        return Err(why);
+    }
+    *current = None;
+    app.gate.end_drain(Instant::now());
+    drop(current);
+    app.drain.order(Order::Serve);
+    metrics::gauge!(crate::metrics::DRAINING).set(0.0);
+    warn!(
+        drained_ms = waited.as_millis() as u64,
+        "drain cancelled: admitting again"
+    );
+    Ok(())
+}
+
+/// How a drain ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// No call is left in progress.
+    Done,
+    /// Calls were still in progress after the deadline and their goodbye.
+    Left(u64),
+    /// `POST /admin/undrain` cancelled it.
+    Cancelled,
+}
+
+/// After [`begin`]: waits until no call is left, or the deadline passes —
+/// then orders every remaining call to say goodbye and end, and waits for
+/// their goodbyes, bounded by the time a goodbye and a teardown take. Any
+/// number of these may run for one drain (the admin API's and the
+/// shutdown's); the order is given once.
+pub async fn run_until_done(app: Arc<App>) -> Outcome {
+    let bound = goodbye_bound(&app);
+    loop {
+        let Some(plan) = app.drain.plan() else {
+            info!("drain cancelled");
+            return Outcome::Cancelled;
+        };
+        let left = calls_in_progress(&app);
+        if left == 0 {
+            info!("drain finished: no call left");
+            return Outcome::Done;
+        }
+        let now = Instant::now();
+        if now >= plan.deadline {
+            if expire(&app, now) {
+                warn!(
+                    calls = left,
+                    "drain deadline reached: ending the remaining calls with a goodbye"
+                );
+                app.drain.order(Order::Deadline);
+            }
+            if now >= plan.deadline + bound {
+                warn!(calls = left, "drain finished with calls still in progress");
+                return Outcome::Left(left);
+            }
+        }
         tokio::time::sleep(POLL).await;
     }
-    let left = calls_in_progress(&app);
-    if left > 0 {
-        warn!(
-            calls = left,
-            "drain deadline reached: ending the remaining calls"
-        );
-        app.hard_stop.cancel();
-        let cfg = app.cfg();
-        let goodbye = Duration::from_secs(8)
-            + crate::config::ms(cfg.call.final_mark_grace_ms + cfg.call.teardown_timeout_ms);
-        let until = Instant::now() + goodbye;
-        while calls_in_progress(&app) > 0 && Instant::now() < until {
-            tokio::time::sleep(POLL).await;
-        }
+}
+
+/// Marks the deadline passed under the lock; true once, when it is due.
+fn expire(app: &App, now: Instant) -> bool {
+    app.drain.lock().as_mut().is_some_and(|p| p.expire(now))
+}
+
+/// How long the calls told "deadline" get to say goodbye and tear down.
+fn goodbye_bound(app: &App) -> Duration {
+    let cfg = app.cfg();
+    Duration::from_secs(8)
+        + crate::config::ms(cfg.call.final_mark_grace_ms + cfg.call.teardown_timeout_ms)
+}
+
+/// The drain as `/admin/status` shows it.
+pub fn status(app: &App, now: Instant) -> serde_json::Value {
+    match app.drain.plan() {
+        None => serde_json::Value::Null,
+        Some(p) => serde_json::json!({
+            "policy": p.policy.as_str(),
+            "origin": p.origin.as_str(),
+            "elapsed_ms": now.saturating_duration_since(p.started).as_millis() as u64,
+            "deadline_in_ms": p.deadline.saturating_duration_since(now).as_millis() as u64,
+            "deadline_passed": p.expired,
+            "in_progress": calls_in_progress(app),
+        }),
     }
-    let left = calls_in_progress(&app);
-    info!(left, "drain finished");
-    left
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(origin: Origin) -> (Plan, Instant) {
+        let t0 = Instant::now();
+        (
+            Plan::new(origin, DrainPolicy::Finish, t0, Duration::from_secs(300)),
+            t0,
+        )
+    }
+
+    #[test]
+    fn a_second_signal_moves_the_deadline_to_the_grace_and_never_later() {
+        let (mut p, t0) = plan(Origin::Signal);
+        assert!(p.shorten(t0 + Duration::from_secs(5), Duration::from_secs(10)));
+        assert_eq!(p.deadline, t0 + Duration::from_secs(15));
+        // A third signal later would push it out again: it does not.
+        assert!(!p.shorten(t0 + Duration::from_secs(12), Duration::from_secs(10)));
+        assert_eq!(p.deadline, t0 + Duration::from_secs(15));
+    }
+
+    #[test]
+    fn the_deadline_expires_once() {
+        let (mut p, t0) = plan(Origin::Admin);
+        assert!(!p.expire(t0 + Duration::from_secs(299)));
+        assert!(p.expire(t0 + Duration::from_secs(300)));
+        assert!(!p.expire(t0 + Duration::from_secs(301)), "acted on once");
+    }
+
+    #[test]
+    fn only_an_admin_drain_before_its_deadline_can_be_cancelled() {
+        let (mut admin, t0) = plan(Origin::Admin);
+        assert_eq!(admin.undrain_refusal(), None);
+        admin.expire(t0 + Duration::from_secs(300));
+        assert_eq!(
+            admin.undrain_refusal(),
+            Some(UndrainRefused::DeadlinePassed)
+        );
+        let (signal, _) = plan(Origin::Signal);
+        assert_eq!(signal.undrain_refusal(), Some(UndrainRefused::ShuttingDown));
+    }
 }

@@ -100,6 +100,9 @@ pub enum EndReason {
     RtpTimeout,
     /// The drain deadline passed with the call still running.
     DrainDeadline,
+    /// A drain with policy `transfer` handed the call to the human path at
+    /// its turn boundary.
+    DrainTransfer,
     /// The call reached `call.max_duration_s`.
     MaxDuration,
     /// The server shut down under the call (its task was cancelled).
@@ -132,6 +135,7 @@ impl EndReason {
             EndReason::MediaStalled => "carrier_media_stalled",
             EndReason::RtpTimeout => "rtp_timeout",
             EndReason::DrainDeadline => "drain_deadline",
+            EndReason::DrainTransfer => "drain_transfer",
             EndReason::MaxDuration => "max_duration",
             EndReason::Shutdown => "shutdown",
         }
@@ -142,6 +146,7 @@ impl EndReason {
         matches!(
             self,
             EndReason::Transferred
+                | EndReason::DrainTransfer
                 | EndReason::SetupFailed(_)
                 | EndReason::ProviderFailed(_)
                 | EndReason::Stalled(_)

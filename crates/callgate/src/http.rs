@@ -32,6 +32,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/sessions/{id}", get(crate::sessions::session))
         .route("/admin/reload", post(reload))
         .route("/admin/drain", post(start_drain))
+        .route("/admin/undrain", post(undrain))
         .route("/admin/audit", get(crate::audit_http::get_audit))
         .route_layer(middleware::from_fn_with_state(
             Arc::clone(&app),
@@ -193,6 +194,7 @@ async fn status(State(app): State<Arc<App>>) -> Response {
     Json(serde_json::json!({
         "instance": app.instance(),
         "state": if snap.draining { "draining" } else { "serving" },
+        "drain": drain::status(&app, Instant::now()),
         "capacity": snap.capacity,
         "decided_by": snap.decided_by.to_string(),
         "active": snap.active,
@@ -262,16 +264,30 @@ pub fn reload_config(app: &App) -> anyhow::Result<serde_json::Value> {
 
 /// Starts a drain: admission refuses at once, calls run on to the deadline.
 async fn start_drain(State(app): State<Arc<App>>) -> Response {
-    if app.gate.is_draining() {
+    // Admission is closed before the answer, so a readiness probe that
+    // follows the 202 already fails; only the waiting runs in the background.
+    if !drain::begin(&app, drain::Origin::Admin) {
         return (StatusCode::ACCEPTED, "already draining\n").into_response();
     }
     warn!("drain requested through the admin API");
-    let deadline = std::time::Duration::from_secs(app.cfg().server.drain_timeout_s);
-    // Admission is closed before the answer, so a readiness probe that
-    // follows the 202 already fails; only the waiting runs in the background.
-    drain::begin(&app);
-    tokio::spawn(drain::finish(Arc::clone(&app), Instant::now() + deadline));
+    tokio::spawn(drain::run_until_done(Arc::clone(&app)));
     (StatusCode::ACCEPTED, "draining\n").into_response()
+}
+
+/// `POST /admin/undrain`: cancels a drain the admin API started, before its
+/// deadline. 409 with the reason otherwise; 503 when the declaration could
+/// not be written (admission then stays closed).
+async fn undrain(State(app): State<Arc<App>>) -> Response {
+    match drain::undrain(&app).await {
+        Ok(()) => (StatusCode::OK, "serving\n").into_response(),
+        Err(e @ drain::UndrainRefused::NotRecorded(_)) => {
+            (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response()
+        }
+        Err(e) => {
+            info!(reason = %e, "undrain refused");
+            (StatusCode::CONFLICT, format!("{e}\n")).into_response()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -176,11 +176,41 @@ fn write_behind_config(cfg: &Config) -> state_store::WriteBehindConfig {
     }
 }
 
+/// What a shutdown achieved, for the exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    /// Calls still in progress when the drain gave up on them.
+    pub calls_left: u64,
+    /// Call tasks that had not returned (their receipts may be missing).
+    pub tasks_left: bool,
+    /// Every queued write was settled (applied, fenced or lost) in time.
+    pub writes_flushed: bool,
+}
+
+impl Stopped {
+    /// Every receipt was closed and every write settled: exit 0.
+    pub fn clean(&self) -> bool {
+        self.calls_left == 0 && !self.tasks_left && self.writes_flushed
+    }
+}
+
 impl Running {
-    /// Drains (bounded by `deadline`), stops the listener, flushes the
-    /// write-behind queue. Returns the calls that were still running.
-    pub async fn shutdown(self, deadline: Duration) -> u64 {
-        let left = drain::run(Arc::clone(&self.app), Instant::now() + deadline).await;
+    /// Drains (see `drain`: `[drain].policy`, calls still running after
+    /// `deadline` — or an earlier drain's deadline, or a second signal's
+    /// grace — hear the goodbye), stops the listener, flushes the
+    /// write-behind queue.
+    pub async fn shutdown(self, deadline: Duration) -> Stopped {
+        drain::begin_within(&self.app, drain::Origin::Signal, deadline);
+        let calls_left = loop {
+            match drain::run_until_done(Arc::clone(&self.app)).await {
+                drain::Outcome::Done => break 0,
+                drain::Outcome::Left(n) => break n,
+                // An undrain that raced the signal: the shutdown drains again.
+                drain::Outcome::Cancelled => {
+                    drain::begin_within(&self.app, drain::Origin::Signal, deadline);
+                }
+            }
+        };
         if let Some(sip) = self.sip {
             sip.stop().await;
         }
@@ -190,43 +220,67 @@ impl Running {
             agent.stopped(Duration::from_secs(2)).await;
         }
         self.app.calls.close();
-        if tokio::time::timeout(Duration::from_secs(10), self.app.calls.wait())
+        let tasks_left = tokio::time::timeout(Duration::from_secs(10), self.app.calls.wait())
             .await
-            .is_err()
-        {
+            .is_err();
+        if tasks_left {
             warn!("call tasks still running after the drain");
         }
         let _ = tokio::time::timeout(Duration::from_secs(5), self.http).await;
         let _ = tokio::time::timeout(Duration::from_secs(10), self.refusal_writer).await;
         let report = self.writers.drain(Duration::from_secs(10)).await;
         info!(report = ?report, "write-behind queue flushed");
-        left
+        Stopped {
+            calls_left,
+            tasks_left,
+            writes_flushed: report.completed,
+        }
     }
 }
 
-/// `callgate serve`: runs until SIGTERM/SIGINT (drain, then exit); SIGHUP
-/// reloads the configuration.
+/// `callgate serve`: runs until SIGTERM/SIGINT, then drains and returns
+/// (a second signal shortens the drain to `[drain].grace_s`); SIGHUP
+/// reloads the configuration, also while draining.
+///
+/// # Errors
+/// Startup failed, or the shutdown left a call or a write unsettled (the
+/// binary then exits 1).
 pub async fn serve(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let drain_timeout = Duration::from_secs(cfg.server.drain_timeout_s);
     let running = start(cfg, config_path).await?;
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
-    loop {
-        tokio::select! {
-            _ = term.recv() => { info!("SIGTERM: draining"); break; }
-            _ = int.recv() => { info!("SIGINT: draining"); break; }
+    let app = Arc::clone(&running.app);
+    let mut running = Some(running);
+    let mut shutdown = None;
+    let stopped = loop {
+        let signal = tokio::select! {
+            stopped = async { shutdown.as_mut().expect("guarded").await }, if shutdown.is_some() => {
+                break stopped;
+            }
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
             _ = hup.recv() => {
-                if let Err(e) = http::reload_config(&running.app) {
+                if let Err(e) = http::reload_config(&app) {
                     warn!(error = %e, "SIGHUP reload refused; keeping the current configuration");
                 }
+                continue;
             }
+        };
+        match running.take() {
+            Some(r) => {
+                info!(signal, "{signal}: draining");
+                let deadline = Duration::from_secs(app.cfg().drain.deadline_s);
+                shutdown = Some(Box::pin(r.shutdown(deadline)));
+            }
+            None => drain::shorten(&app),
         }
+    };
+    if stopped.clean() {
+        info!("every call ended with its receipt; exiting");
+        Ok(())
+    } else {
+        anyhow::bail!("shutdown incomplete: {stopped:?}")
     }
-    let left = running.shutdown(drain_timeout).await;
-    if left > 0 {
-        warn!(calls = left, "exiting with calls that did not finish");
-    }
-    Ok(())
 }

@@ -22,7 +22,7 @@ async fn sighup_reloads_caps_and_sigterm_drains_then_exits() {
         instance: instance.clone(),
         sim: SimConfig::default(),
     };
-    let mut rig = Processes::start(database, opts, |c| c.server.drain_timeout_s = 60)
+    let mut rig = Processes::start(database, opts, |c| c.drain.deadline_s = 60)
         .await
         .unwrap();
     rig.wait_for_status(PATIENCE, "the server to start", |s| {

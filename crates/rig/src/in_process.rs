@@ -131,7 +131,7 @@ impl InProcess {
             instance,
         } = self;
         let store = server.app.store.clone();
-        let calls = server.shutdown(deadline).await;
+        let calls = server.shutdown(deadline).await.calls_left;
         let open_ledger_rows = store.open_ledger_sessions(&instance).await;
         let open_sessions = [
             sims.stt.stats().open_sessions,

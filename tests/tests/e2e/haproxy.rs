@@ -279,7 +279,7 @@ impl Pool {
     async fn stop(self) {
         self.h.assert_all_closed().await;
         drop(self.lb);
-        let left = self.b.shutdown(Duration::from_secs(5)).await;
+        let left = self.b.shutdown(Duration::from_secs(5)).await.calls_left;
         assert_eq!(left, 0, "B had calls left at shutdown");
         self.h.stop().await;
     }

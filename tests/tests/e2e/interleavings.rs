@@ -107,7 +107,7 @@ async fn one_seed(seed: u64) -> Vec<(String, u32)> {
         c.admission.max_concurrent_calls = MaxCalls::Pinned(CAPACITY);
         c.admission.queue_max = 3;
         c.admission.queue_timeout_ms = 300;
-        c.server.drain_timeout_s = 60;
+        c.drain.deadline_s = 60;
         c.agent.enabled = true;
         c.agent.listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     })

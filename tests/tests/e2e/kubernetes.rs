@@ -99,7 +99,7 @@ fn the_manifests_match_how_callgate_drains() {
         (1..=30).contains(&pre_stop),
         "preStop stays short: {pre_stop}"
     );
-    let drain = i64::try_from(cfg.server.drain_timeout_s).unwrap();
+    let drain = i64::try_from(cfg.drain.deadline_s).unwrap();
     assert!(
         grace >= pre_stop + drain + 30,
         "terminationGracePeriodSeconds {grace} must exceed preStop {pre_stop} + drain {drain} + 30 s"

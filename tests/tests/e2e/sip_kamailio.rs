@@ -384,7 +384,7 @@ impl Pool {
             |n| *n == [0; 4],
         )
         .await;
-        let left = self.b.shutdown(Duration::from_secs(5)).await;
+        let left = self.b.shutdown(Duration::from_secs(5)).await.calls_left;
         assert_eq!(left, 0, "B had calls left at shutdown");
         drop(self.kam);
         self.h.stop().await;

@@ -55,6 +55,46 @@ fn drain_wakes_waiters_rejects_everything_after_and_permits_still_release() {
 }
 
 #[test]
+fn ending_a_drain_reopens_admission_and_keeps_what_it_refused() {
+    let (gate, t0) = gate(1, 4);
+    let held = gate.try_admit(t0).unwrap();
+    let mut refused = gate.enqueue(t0).unwrap();
+    let (_, waker) = CountingWaker::new();
+    gate.start_drain(t0 + ms(10));
+    assert!(gate.end_drain(t0 + ms(20)), "the gate was draining");
+    assert!(
+        !gate.end_drain(t0 + ms(21)),
+        "a second end finds nothing to end"
+    );
+    assert!(!gate.is_draining());
+    // The waiter the drain woke stays refused: it already took the overflow path.
+    let Poll::Ready(Err(r)) = poll_once(&mut refused, &waker) else {
+        panic!("the drain's refusal stands after the drain ends");
+    };
+    assert_eq!(r.reason, RejectReason::Draining);
+    // New arrivals are decided as before the drain, by capacity.
+    assert_ne!(
+        gate.try_admit(t0 + ms(30)).unwrap_err().reason,
+        RejectReason::Draining,
+        "full is full again, not draining"
+    );
+    drop(held);
+    let second = gate.try_admit(t0 + ms(40)).expect("the freed slot admits");
+    drop(second);
+    let snap = gate.snapshot();
+    assert_eq!(
+        (
+            snap.active,
+            snap.admitted_total,
+            snap.rejected_total.draining
+        ),
+        (0, 2, 1)
+    );
+    assert!(!snap.draining);
+    assert_balanced(&gate);
+}
+
+#[test]
 fn lowering_capacity_ends_nothing_and_blocks_admission_until_active_falls() {
     let (gate, t0) = gate(3, 4);
     let mut permits: Vec<_> = (0..3).map(|_| gate.try_admit(t0).unwrap()).collect();

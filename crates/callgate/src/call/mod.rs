@@ -134,27 +134,34 @@ impl<L: Leg> CallActor<L> {
     }
 
     async fn event_loop(&mut self) -> End {
-        let hard_stop = self.app.hard_stop.clone();
-        let mut drain_told = false;
+        let mut orders = self.app.drain.orders();
+        // A call set up after the order was given still follows it.
+        let mut pending = drain_input(*orders.borrow_and_update());
         self.perform();
         loop {
             if let Some(end) = self.core.ended() {
                 return end.clone();
             }
             self.rearm_timer();
-            let input = tokio::select! {
-                ev = self.leg.next_event() => Input::Leg(ev),
-                Some(ev) = self.res.stt.1.recv(), if self.open.stt => Input::Stt(ev),
-                Some(ev) = self.res.dialog.1.recv(), if self.open.dialog => Input::Dialog(ev),
-                Some(ev) = self.res.tts.1.recv(), if self.open.tts => Input::Tts(ev),
-                outcome = self.tools.next() => Input::Tool(outcome),
-                () = &mut self.timer => {
-                    self.timer_at = far_future(Instant::now());
-                    Input::Tick
-                }
-                () = hard_stop.cancelled(), if !drain_told => {
-                    drain_told = true;
-                    Input::DrainDeadline
+            let input = if let Some(order) = pending.take() {
+                order
+            } else {
+                tokio::select! {
+                    ev = self.leg.next_event() => Input::Leg(ev),
+                    Some(ev) = self.res.stt.1.recv(), if self.open.stt => Input::Stt(ev),
+                    Some(ev) = self.res.dialog.1.recv(), if self.open.dialog => Input::Dialog(ev),
+                    Some(ev) = self.res.tts.1.recv(), if self.open.tts => Input::Tts(ev),
+                    outcome = self.tools.next() => Input::Tool(outcome),
+                    () = &mut self.timer => {
+                        self.timer_at = far_future(Instant::now());
+                        Input::Tick
+                    }
+                    Ok(()) = orders.changed() => {
+                        match drain_input(*orders.borrow_and_update()) {
+                            Some(order) => order,
+                            None => Input::DrainCancelled,
+                        }
+                    }
                 }
             };
             self.note_closed(&input);
@@ -305,5 +312,14 @@ pub fn core_config(cfg: &crate::config::Config, format: crate::leg::LegFormat) -
         },
         vad_min_silence_ms: cfg.stt.endpointing_ms,
         barge_in: cfg.call.barge_in,
+    }
+}
+
+/// The core's input for a drain order (`None`: serve on).
+fn drain_input(order: crate::drain::Order) -> Option<Input> {
+    match order {
+        crate::drain::Order::Serve => None,
+        crate::drain::Order::Transfer => Some(Input::DrainTransfer),
+        crate::drain::Order::Deadline => Some(Input::DrainDeadline),
     }
 }

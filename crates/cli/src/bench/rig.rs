@@ -106,7 +106,7 @@ impl Caps {
     /// Writes the ceilings and admission settings into the server's
     /// configuration (and the bench's drain deadline and log filter).
     pub fn apply(&self, cfg: &mut Config) {
-        cfg.server.drain_timeout_s = SERVER_DRAIN_S;
+        cfg.drain.deadline_s = SERVER_DRAIN_S;
         cfg.admission.max_concurrent_calls = MaxCalls::Auto(callgate::config::AutoTag::Auto);
         cfg.admission.headroom = self.headroom;
         cfg.admission.queue_max = self.queue_max;
@@ -532,7 +532,7 @@ mod tests {
         let cfg: Config = toml::from_str(&toml::to_string(&cfg).unwrap()).unwrap();
         cfg.validate().unwrap();
         assert_eq!(cfg.server.instance, "bench-1");
-        assert_eq!(cfg.server.drain_timeout_s, SERVER_DRAIN_S);
+        assert_eq!(cfg.drain.deadline_s, SERVER_DRAIN_S);
         assert_eq!(cfg.database.calls_ceiling(), 260);
         assert_eq!(
             (

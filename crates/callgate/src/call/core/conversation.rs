@@ -245,6 +245,7 @@ impl CallCore {
             self.push(Command::TtsOpen(ctx));
         }
         self.turn = Turn::Replying(BotTurn::new(turn, ctx, now));
+        self.answered_turn = Some(turn);
         true
     }
 

@@ -18,6 +18,7 @@
 
 mod barge;
 mod conversation;
+mod drain;
 mod outage;
 #[cfg(test)]
 mod tests;
@@ -68,6 +69,11 @@ pub enum Input {
     Dialog(DialogEvent),
     Tts(TtsEvent),
     Tool(ToolOutcome),
+    /// A drain with policy `transfer` started: hand over at the next turn
+    /// boundary.
+    DrainTransfer,
+    /// The drain was cancelled (`POST /admin/undrain`).
+    DrainCancelled,
     /// The drain deadline passed.
     DrainDeadline,
     /// Only time passed (a deadline the core asked for).
@@ -217,6 +223,11 @@ pub struct CallCore {
     tool_memory: tool_memory::ToolMemory,
     /// The user turn the dialog's events must carry (0 = the greeting).
     expected_turn: TurnId,
+    /// The latest turn a reply was started for (`None`: not even the
+    /// greeting yet); equal to `expected_turn` when no reply is owed.
+    answered_turn: Option<TurnId>,
+    /// A `transfer` drain asked for a hand-over at the next turn boundary.
+    drain_transfer: bool,
     next_ctx: u64,
     /// Frames of a bundled prompt queued ahead of bot audio.
     prompt_frames: u64,
@@ -265,6 +276,8 @@ impl CallCore {
             tools: HashMap::new(),
             tool_memory: tool_memory::ToolMemory::default(),
             expected_turn: TurnId(0),
+            answered_turn: None,
+            drain_transfer: false,
             next_ctx: 0,
             prompt_frames: 0,
             finalize_at: None,
@@ -311,10 +324,13 @@ impl CallCore {
                     "drain_deadline",
                     now,
                 ),
+                Input::DrainTransfer => self.drain_transfer_requested(now),
+                Input::DrainCancelled => self.drain_cancelled(now),
                 Input::Tick => {}
             }
         }
         self.on_time(now);
+        self.hand_over_if_at_boundary(now);
     }
 
     /// The next command to perform, in order.

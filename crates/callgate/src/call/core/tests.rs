@@ -15,6 +15,7 @@ use crate::end::{Culprit, EndReason};
 use crate::leg::{LegEvent, LegFormat};
 
 mod barge_tests;
+mod drain_tests;
 
 pub(super) const FRAME: Duration = Duration::from_millis(20);
 
