@@ -17,10 +17,12 @@ use serde::{Deserialize, Serialize};
 
 mod agent;
 mod ledger;
+mod ownership;
 mod receipt;
 mod sip;
 pub use agent::AgentConfig;
 pub use ledger::{LedgerConfig, PressureConfig};
+pub use ownership::OwnershipConfig;
 pub use receipt::{MAX_LABEL_KEY_BYTES, MAX_LABEL_VALUE_BYTES, ReceiptConfig, RetentionConfig};
 pub use sip::{SipConfig, SipOverflow};
 
@@ -54,6 +56,8 @@ pub struct Config {
     pub pressure: PressureConfig,
     /// The HAProxy agent-check responder (`agent`).
     pub agent: AgentConfig,
+    /// Heartbeats and the owner lease (`ownership`).
+    pub ownership: OwnershipConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -541,6 +545,7 @@ impl Config {
         self.receipt.validate().map_err(ConfigError::Invalid)?;
         self.retention.validate().map_err(ConfigError::Invalid)?;
         self.agent.validate().map_err(ConfigError::Invalid)?;
+        self.ownership.validate().map_err(ConfigError::Invalid)?;
         if self.tts.keepalive_ms == 0 {
             return bad("tts.keepalive_ms must be positive");
         }
