@@ -5,7 +5,9 @@
 //! receipt, the dead instance's ledger count reaches 0, the auditor finds
 //! nothing, and a write still carrying the dead owner's epoch is refused
 //! and counted. One is paused with SIGSTOP past the lease; the other closes
-//! its calls; once resumed, its own later writes to them are fenced.
+//! its calls; once resumed, its own later writes to them are fenced. One
+//! is killed and started again under the same name: before it is ready it
+//! has closed the rows its dead boot left, as `instance_restart`.
 //!
 //! Nothing waits for a fixed time: every expectation is polled under a
 //! generous bound, and the measured time is printed.
@@ -302,6 +304,54 @@ async fn a_paused_instance_loses_its_calls_and_its_later_writes_are_fenced() {
     live.abort();
     drop(store);
     stop_all([c, b], db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_instance_closes_the_rows_it_owned_before_it_admits() {
+    let db = Database::local(LocalOptions::default()).await.unwrap();
+    let conninfo = db.conninfo().to_owned();
+    let name = unique("owner-d");
+    let mut first = instance(&conninfo, &name).await;
+    let pg = raw(&conninfo).await;
+    let store = Store::connect(StoreConfig::new(&conninfo, "owner-test"))
+        .await
+        .unwrap();
+    let live = tokio::spawn(callgate_load::run(long_calls(first.media_url(), 2)));
+    let (rows, _) = poll("two live calls", || open_rows(&pg, &name), |r| r.len() == 2).await;
+    first.server.signal("KILL").await.unwrap();
+    first.server.wait_exit(PATIENCE).await.unwrap();
+    let _ = tokio::time::timeout(PATIENCE, live).await;
+    let dir = first.dir().to_path_buf();
+    first.stop().await;
+    assert_eq!(
+        open_rows(&pg, &name).await.len(),
+        2,
+        "nobody else closes them"
+    );
+
+    // The same name again: its start closes the dead boot's rows before it
+    // listens (it is ready only after that).
+    let again = instance(&conninfo, &name).await;
+    assert!(open_rows(&pg, &name).await.is_empty());
+    for (call, epoch) in &rows {
+        let row = store.ledger(*call).await.unwrap().unwrap();
+        assert_eq!(row.end_reason.as_deref(), Some("instance_restart"));
+        assert_eq!(row.owner_epoch, OwnerEpoch(epoch.0 + 1));
+        let r = &row.stats["reclaim"];
+        assert_eq!(r["from_instance"], name.as_str(), "{r}");
+        assert_eq!(r["by_instance"], name.as_str(), "{r}");
+        assert_ne!(r["from_boot"], r["by_boot"], "{r}");
+        assert!(r.get("lease_ms").is_none(), "{r}");
+    }
+    let params = callgate::audit_http::params(&Config::default(), SystemTime::now());
+    let found = audit::run(&store, params).await.unwrap();
+    assert!(found.is_empty(), "{found:#?}");
+    drop(store);
+    let _ = std::fs::remove_dir_all(dir);
+    let dir = again.dir().to_path_buf();
+    again.stop().await;
+    let _ = std::fs::remove_dir_all(dir);
+    db.stop().await;
 }
 
 /// Stops the rigs, then the database, and removes the rigs' directories
