@@ -18,11 +18,13 @@ use serde::{Deserialize, Serialize};
 mod agent;
 mod drain;
 mod ledger;
+mod ownership;
 mod receipt;
 mod sip;
 pub use agent::AgentConfig;
 pub use drain::{DrainConfig, DrainPolicy};
 pub use ledger::{LedgerConfig, PressureConfig};
+pub use ownership::OwnershipConfig;
 pub use receipt::{MAX_LABEL_KEY_BYTES, MAX_LABEL_VALUE_BYTES, ReceiptConfig, RetentionConfig};
 pub use sip::{SipConfig, SipOverflow};
 
@@ -58,6 +60,8 @@ pub struct Config {
     pub agent: AgentConfig,
     /// What a drain does to live calls, and when it gives up on them.
     pub drain: DrainConfig,
+    /// Heartbeats and the owner lease (`ownership`).
+    pub ownership: OwnershipConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -543,6 +547,7 @@ impl Config {
         self.receipt.validate().map_err(ConfigError::Invalid)?;
         self.retention.validate().map_err(ConfigError::Invalid)?;
         self.agent.validate().map_err(ConfigError::Invalid)?;
+        self.ownership.validate().map_err(ConfigError::Invalid)?;
         if self.tts.keepalive_ms == 0 {
             return bad("tts.keepalive_ms must be positive");
         }

@@ -39,6 +39,7 @@ pub mod ingress;
 pub mod leg;
 pub mod metrics;
 pub mod overflow;
+pub mod ownership;
 pub mod prompts;
 pub mod reconcile;
 pub mod refusals;

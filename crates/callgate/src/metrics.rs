@@ -109,6 +109,18 @@ pub const AGENT_CHECK_FAILURES: &str = "callgate_agent_check_failures_total";
 pub const RETENTION_DELETED: &str = "callgate_retention_deleted_rows_total";
 /// Retention passes that failed (Postgres errors); retried next interval.
 pub const RETENTION_FAILURES: &str = "callgate_retention_failures_total";
+/// Heartbeats this instance attempted, by `result` (`recorded`,
+/// `superseded`: another process holds the instance name, `error`,
+/// `timeout`).
+pub const OWNER_HEARTBEATS: &str = "callgate_owner_heartbeats_total";
+/// Age of this instance's last landed heartbeat, seconds (set each tick).
+pub const OWNER_BEAT_AGE: &str = "callgate_owner_heartbeat_age_seconds";
+/// Ledger rows this instance closed for an owner that is gone, by `reason`
+/// (`owner_lost`: another instance outlived its lease; `instance_restart`:
+/// this instance name's rows from before this start). Writes such an owner
+/// still sends are refused by the epoch fence and counted by the store as
+/// `callgate_store_writes_total{result="fenced"}`.
+pub const SESSIONS_RECLAIMED: &str = "callgate_sessions_reclaimed_total";
 /// `GET /v1/sessions/{id}` answers, by `status` (`200`, `400`, `404`, `503`).
 pub const SESSION_READS: &str = "callgate_session_reads_total";
 

@@ -42,8 +42,12 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
     if !applied.is_empty() {
         info!(migrations = ?applied, "database migrated");
     }
-    let started =
-        serde_json::json!({ "version": env!("CARGO_PKG_VERSION"), "pid": std::process::id() });
+    // Before anything can admit a call: this name's rows from before are
+    // closed (`instance_restart`) and this boot's first beat recorded.
+    let boot = crate::ownership::begin(&store, &cfg.ownership).await?;
+    let started = serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"), "pid": std::process::id(), "boot": boot.to_string(),
+    });
     crate::audit_http::record_started(&store, started).await?;
     let (writes, writers) = state_store::WriteBehind::start(&store, write_behind_config(&cfg));
     let dialog = dialog_grpc::DialogClient::new(&dialog_grpc::DialogConfig {
@@ -94,6 +98,11 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
     tokio::spawn(crate::retention::run(Arc::clone(&app), background.clone()));
     tokio::spawn(crate::reconcile::task::run(
         Arc::clone(&app),
+        background.clone(),
+    ));
+    tokio::spawn(crate::ownership::run(
+        Arc::clone(&app),
+        boot,
         background.clone(),
     ));
     let sip = if app.cfg().sip.enabled {

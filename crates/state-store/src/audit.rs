@@ -9,7 +9,8 @@
 //! kind (a stable string, [`ViolationKind::as_str`]), the call (when there
 //! is one), the owning instance and the evidence (`detail`). The checks:
 //!
-//! - `negative_counter` — a closed row whose `stats.active_counter_delta`
+//! - `negative_counter` — a closed row (not a reclaimed one, see below)
+//!   whose `stats.active_counter_delta`
 //!   shows more decrements than increments, or a count outside {0, 1}: the
 //!   permit moves the runtime counter up once and down exactly once.
 //! - `leaked_counter` — any other closed row that is not exactly one
@@ -44,6 +45,13 @@
 //! - `open_too_long` — an open row admitted more than
 //!   [`AuditParams::max_call_duration`] ago (the caller derives it from the
 //!   configured maximum call duration plus the bounded ending).
+//! - `reclaimed_without_receipt` — a row closed as `owner_lost` or
+//!   `instance_restart` (by another instance, or by its owner's next boot:
+//!   the `ownership` module) whose `stats.reclaim` is missing, names
+//!   another reason, lacks who closed it, whom from, or the epochs, or
+//!   names a closer other than the row's owner now. Such rows are exempt
+//!   from the two counter checks: their permit died with the process that
+//!   held it, so no delta was ever measured, and the receipt says so.
 //!
 //! What it never does: write to the ledger, repair a row, or decide on its
 //! own what "too long" is (the caller passes the bounds and the clock).
@@ -71,6 +79,7 @@ use tokio_postgres::Row;
 
 use crate::error::StoreError;
 use crate::ids::CallId;
+use crate::ownership::ReclaimReason;
 use crate::rows::col;
 use crate::store::Store;
 
@@ -134,11 +143,12 @@ pub enum ViolationKind {
     ClosedWithoutEndReason,
     EndReasonWhileOpen,
     OpenTooLong,
+    ReclaimedWithoutReceipt,
 }
 
 impl ViolationKind {
     /// Every kind, in report order.
-    pub const ALL: [ViolationKind; 10] = [
+    pub const ALL: [ViolationKind; 11] = [
         ViolationKind::NegativeCounter,
         ViolationKind::LeakedCounter,
         ViolationKind::TwoLiveOwners,
@@ -149,6 +159,7 @@ impl ViolationKind {
         ViolationKind::ClosedWithoutEndReason,
         ViolationKind::EndReasonWhileOpen,
         ViolationKind::OpenTooLong,
+        ViolationKind::ReclaimedWithoutReceipt,
     ];
 
     /// The stable name (CLI output, JSON, alerts).
@@ -165,6 +176,7 @@ impl ViolationKind {
             ViolationKind::ClosedWithoutEndReason => "closed_without_end_reason",
             ViolationKind::EndReasonWhileOpen => "end_reason_while_open",
             ViolationKind::OpenTooLong => "open_too_long",
+            ViolationKind::ReclaimedWithoutReceipt => "reclaimed_without_receipt",
         }
     }
 }
@@ -275,7 +287,8 @@ const NEGATIVE_OR_LEAKED: &str = concat!(
     " IS NULL",
     "  ) AND d IS NOT NULL AS negative ",
     "FROM (SELECT call_id, owner_instance, admitted_at, stats->'active_counter_delta' AS d ",
-    "      FROM call_ledger WHERE cleanup_status <> 'pending') l ",
+    "      FROM call_ledger WHERE cleanup_status <> 'pending' ",
+    "        AND NOT COALESCE(end_reason = ANY($2::text[]), false)) l ",
     "WHERE d IS NULL OR ",
     num!("d->'increment'"),
     " IS DISTINCT FROM 1 ",
@@ -360,6 +373,19 @@ const OPEN_TOO_LONG: &str = "SELECT call_id, owner_instance, \
      FROM call_ledger WHERE cleanup_status = 'pending' AND admitted_at < $2 \
      ORDER BY admitted_at LIMIT $1";
 
+/// `$2`: the reclaim reasons. The receipt's keys are the ones the
+/// `ownership` module always writes (the rest are absent when unmeasured).
+const RECLAIMED_WITHOUT_RECEIPT: &str = "SELECT call_id, owner_instance, \
+     jsonb_build_object('end_reason', end_reason, 'reclaim', stats->'reclaim') \
+     FROM call_ledger \
+     WHERE end_reason = ANY($2::text[]) AND ( \
+       jsonb_typeof(stats->'reclaim') IS DISTINCT FROM 'object' \
+       OR stats->'reclaim'->>'reason' IS DISTINCT FROM end_reason \
+       OR NOT (stats->'reclaim' ?& \
+               ARRAY['by_instance', 'from_instance', 'epoch_before', 'epoch_after', 'at']) \
+       OR stats->'reclaim'->>'by_instance' IS DISTINCT FROM owner_instance) \
+     ORDER BY admitted_at LIMIT $1";
+
 const OP: &str = "audit";
 
 /// Runs every check on one snapshot of the ledger; the violations come
@@ -377,8 +403,12 @@ pub async fn run(store: &Store, p: AuditParams) -> Result<Vec<Violation>, StoreE
     )
     .await?;
     let limit = MAX_PER_CHECK;
+    let reclaimed: Vec<&str> = ReclaimReason::ALL.iter().map(|r| r.as_str()).collect();
     let mut out = Vec::new();
-    for row in conn.query(OP, NEGATIVE_OR_LEAKED, &[&limit]).await? {
+    for row in conn
+        .query(OP, NEGATIVE_OR_LEAKED, &[&limit, &reclaimed])
+        .await?
+    {
         let negative: Option<bool> = col(&row, 3, OP)?;
         let kind = if negative == Some(true) {
             ViolationKind::NegativeCounter
@@ -433,6 +463,10 @@ pub async fn run(store: &Store, p: AuditParams) -> Result<Vec<Violation>, StoreE
         .query(OP, OPEN_TOO_LONG, &[&limit, &open_cutoff])
         .await?;
     push_all(&mut out, ViolationKind::OpenTooLong, &rows)?;
+    let rows = conn
+        .query(OP, RECLAIMED_WITHOUT_RECEIPT, &[&limit, &reclaimed])
+        .await?;
+    push_all(&mut out, ViolationKind::ReclaimedWithoutReceipt, &rows)?;
     conn.commit(OP).await?;
     // The counter query yields both of its kinds interleaved.
     out.sort_by_key(|v| v.kind);

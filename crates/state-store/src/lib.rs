@@ -20,6 +20,12 @@
 //! (turns/events keyed by sequence number, lifecycle stamps first-write-
 //! wins), so retries are safe.
 //!
+//! Owner liveness ([`ownership`]): each instance beats in
+//! `instance_heartbeats`; a live instance closes the open rows of an owner
+//! whose beat is older than the lease (`owner_lost`), and an instance
+//! starting closes the rows its name owned before (`instance_restart`),
+//! each with an epoch bump and a cleanup receipt.
+//!
 //! Migrations are a small ordered runner rather than refinery: one less
 //! dependency tree, sha256 checksums that refuse an edited migration, and a
 //! `pg_advisory_xact_lock` so instances starting together apply each
@@ -77,6 +83,7 @@ mod freeze;
 mod ids;
 pub mod local;
 mod migrate;
+pub mod ownership;
 pub mod reconcile;
 mod rows;
 mod store;
@@ -89,6 +96,7 @@ pub use error::{ErrorSource, StoreError, WriteRejected};
 pub use freeze::Frozen;
 pub use ids::{CallId, CleanupStatus, OwnerEpoch, Speaker, Stage};
 pub use local::{LocalOptions, LocalPostgres};
+pub use ownership::{Beat, BootId, BootReport, PreviousBoot, ReclaimReason, Reclaimed};
 pub use reconcile::{NewReconciliation, ReconciliationRow};
 pub use rows::{
     CallOutcome, CallStateRow, EventRow, LedgerRow, NewCall, OutcomeTable, Rejection, SlotRow,

@@ -48,6 +48,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0004_instance_events",
         sql: include_str!("../../../migrations/0004_instance_events.sql"),
     },
+    Migration {
+        version: 5,
+        name: "0005_instance_heartbeats",
+        sql: include_str!("../../../migrations/0005_instance_heartbeats.sql"),
+    },
 ];
 
 /// Advisory lock key shared by every callgate instance ("callgate" in ASCII).

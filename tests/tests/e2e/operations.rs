@@ -194,6 +194,49 @@ async fn a_drain_refuses_new_calls_loudly_and_lets_live_ones_finish() {
     h.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undrain_before_the_deadline_reopens_admission_and_is_declared() {
+    let h = Harness::start(SimConfig::default(), |c| c.drain.deadline_s = 120).await;
+    let http = reqwest::Client::new();
+    let url = |path: &str| format!("http://{}{path}", h.server.addr);
+    let post = async |path: &str| {
+        let r = http.post(url(path)).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    assert_eq!(post("/admin/undrain").await, (409, "not draining\n".into()));
+    assert_eq!(post("/admin/drain").await.0, 202);
+    let refused = callgate_load::run(load(&h, 1, 1)).await;
+    assert!(
+        matches!(&refused.calls[0].outcome, Outcome::Rejected { reason, .. } if reason == "draining"),
+        "{:#?}",
+        refused.calls[0]
+    );
+    assert_eq!(post("/admin/undrain").await, (200, "serving\n".into()));
+    let ready = http.get(url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status().as_u16(), 200, "ready again");
+    let served = callgate_load::run(load(&h, 1, 1)).await;
+    assert_eq!(
+        served.calls[0].outcome,
+        Outcome::Completed,
+        "{:#?}",
+        served.calls[0]
+    );
+    // Declared in order, so the call admitted after the undrain is legal.
+    let kinds: Vec<String> =
+        h.db.query("SELECT kind FROM instance_events ORDER BY at, id", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+    assert_eq!(kinds, ["started", "draining", "undrained"]);
+    let cfg = h.server.app.cfg();
+    let found = callgate::audit_http::audit_with_config(&cfg).await.unwrap();
+    assert!(found.is_empty(), "{found:#?}");
+    h.assert_all_closed().await;
+    h.stop().await;
+}
+
 /// One request through the server's real router, as if it came from `peer`
 /// (the listener attaches the peer address the same way).
 async fn admin(

@@ -168,6 +168,41 @@ async fn transfer_hands_each_call_over_at_its_turn_boundary() {
     r.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_shortens_the_drain_to_the_grace_and_still_cleans_up() {
+    let mut r = Rig::start(DrainPolicy::Finish, 120).await;
+    let mut long = r.load(Protocol::Twilio, 1);
+    long.utterances = 40;
+    let live = tokio::spawn(callgate_load::run(long));
+    r.wait_status("the call to be live", |s| s["admission"]["active"] == 1)
+        .await;
+    r.rig.server.signal("TERM").await.unwrap();
+    r.wait_status("the drain with its long deadline", |s| {
+        s["drain"]["deadline_in_ms"].as_u64() > Some(100_000)
+    })
+    .await;
+    r.rig.server.signal("INT").await.unwrap();
+    let s = r
+        .wait_status("the deadline moved to the 5 s grace", |s| {
+            s["drain"]["deadline_in_ms"].as_u64() <= Some(5_000)
+        })
+        .await;
+    assert_eq!(s["drain"]["origin"], "signal");
+    let call = live.await.unwrap();
+    let call = &call.calls[0];
+    assert!(
+        matches!(&call.outcome, Outcome::CutShort { reason } if reason == "drain_deadline"),
+        "{call:#?}"
+    );
+    assert!(
+        call.prompts_heard.goodbye >= 1,
+        "the goodbye was not skipped"
+    );
+    let rows = r.exit_clean_and_audit().await;
+    assert_eq!(rows, BTreeMap::from([("drain_deadline".to_string(), 1)]));
+    r.stop().await;
+}
+
 impl Rig {
     async fn start(policy: DrainPolicy, deadline_s: u64) -> Rig {
         let database = Database::local(LocalOptions::default()).await.unwrap();

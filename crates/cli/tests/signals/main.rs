@@ -4,4 +4,5 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
 mod drain;
+mod owner;
 mod reload;

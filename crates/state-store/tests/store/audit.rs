@@ -424,3 +424,80 @@ async fn a_disconnected_session_with_work_still_running_is_caught() {
     assert_eq!(only(&found, ViolationKind::DelegationUnfinished), [leaked]);
     assert_eq!(found[0].detail["started"], 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reclaimed_row_is_judged_by_its_receipt_not_by_counter_deltas() {
+    let env = common::env().await;
+    let s = &env.store;
+    let clean = clean_call(s).await;
+    s.begin_boot(BootId::new_random()).await.unwrap();
+    let dead: Vec<CallId> = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(open_at(s, ago(Duration::from_secs(20))).await.0);
+        }
+        v
+    };
+    let reclaimer = Store::connect(env.pg.store_config("test-b")).await.unwrap();
+    let boot = BootId::new_random();
+    reclaimer.begin_boot(boot).await.unwrap();
+    let raw = common::raw(&env.pg).await;
+    raw.execute(
+        "UPDATE instance_heartbeats SET beat_at = now() - interval '1 minute' \
+         WHERE instance = 'test-a'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let taken = reclaimer
+        .reclaim_lost(boot, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 3);
+    // No deltas (the permit died with its process), a receipt: clean.
+    let found = audit_around(s, clean).await;
+    assert!(found.is_empty(), "{found:#?}");
+
+    // Corrupted three ways: no receipt, another reason's receipt, a
+    // receipt naming a closer that does not own the row.
+    raw.execute(
+        "UPDATE call_ledger SET stats = stats - 'reclaim' WHERE call_id = $1",
+        &[&dead[0].0],
+    )
+    .await
+    .unwrap();
+    raw.execute(
+        "UPDATE call_ledger SET stats = jsonb_set(stats, '{reclaim,reason}', '\"instance_restart\"') \
+         WHERE call_id = $1",
+        &[&dead[1].0],
+    )
+    .await
+    .unwrap();
+    raw.execute(
+        "UPDATE call_ledger SET owner_instance = 'test-c' WHERE call_id = $1",
+        &[&dead[2].0],
+    )
+    .await
+    .unwrap();
+    // A close that claims the reason without any receipt at all.
+    let (fake, epoch) = open_at(s, ago(Duration::from_secs(10))).await;
+    let w = Write::Close {
+        call: fake,
+        epoch,
+        end_reason: "owner_lost".into(),
+        cleanup_status: CleanupStatus::Failed,
+        cleanup_completed_at: SystemTime::now(),
+        stats: serde_json::json!({}),
+    };
+    apply(s, &w).await;
+    let found = audit_around(s, clean).await;
+    let mut got = only(&found, ViolationKind::ReclaimedWithoutReceipt);
+    got.sort();
+    let mut want = dead.clone();
+    want.push(fake);
+    want.sort();
+    assert_eq!(got, want, "{found:#?}");
+    let missing = found.iter().find(|v| v.call_id == Some(dead[0])).unwrap();
+    assert_eq!(missing.detail["end_reason"], "owner_lost");
+    assert!(missing.detail["reclaim"].is_null());
+}

@@ -11,6 +11,7 @@ mod freeze;
 mod local_postgres;
 mod migrations;
 mod overflow;
+mod ownership;
 mod pool;
 mod reconcile;
 mod retention;

@@ -16,7 +16,8 @@ async fn second_run_is_a_no_op() {
             "0001_init",
             "0002_partner",
             "0003_reconcile",
-            "0004_instance_events"
+            "0004_instance_events",
+            "0005_instance_heartbeats"
         ]
     );
     let second = store.migrate().await.unwrap();
@@ -69,7 +70,8 @@ async fn racing_instances_apply_each_migration_once() {
             "0001_init",
             "0002_partner",
             "0003_reconcile",
-            "0004_instance_events"
+            "0004_instance_events",
+            "0005_instance_heartbeats"
         ]
     );
     let raw = common::raw(&pg).await;
@@ -78,7 +80,7 @@ async fn racing_instances_apply_each_migration_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 4);
+    assert_eq!(n, 5);
 }
 
 /// A database at version 1 with calls in it (the state before this build):
@@ -118,7 +120,12 @@ async fn a_version_1_database_with_calls_upgrades_in_place() {
     let store = Store::connect(pg.store_config("m")).await.unwrap();
     assert_eq!(
         store.migrate().await.unwrap(),
-        ["0002_partner", "0003_reconcile", "0004_instance_events"]
+        [
+            "0002_partner",
+            "0003_reconcile",
+            "0004_instance_events",
+            "0005_instance_heartbeats"
+        ]
     );
     let row = store
         .ledger(old)
