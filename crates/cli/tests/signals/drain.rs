@@ -203,6 +203,66 @@ async fn a_second_signal_shortens_the_drain_to_the_grace_and_still_cleans_up() {
     r.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_offered_across_the_drain_instant_are_admitted_before_it_or_refused() {
+    let mut r = Rig::start(DrainPolicy::Finish, 60).await;
+    // 10 calls per ingress at 10/s; SIGTERM lands 200 ms into the burst.
+    let burst = |protocol| {
+        let mut cfg = r.load(protocol, 10);
+        cfg.arrival = Arrival::Rate { per_second: 10.0 };
+        cfg.utterances = 1;
+        tokio::spawn(callgate_load::run(cfg))
+    };
+    let (twilio, partner) = (burst(Protocol::Twilio), burst(Protocol::Partner));
+    let mut sipp = r.sipp(10, 1_000);
+    sipp.rate = Some(10);
+    let sip = Sipp::uac("load_uac.xml", r.sip, sipp).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    r.sigterm().await;
+    let (twilio, partner, sip) = (
+        twilio.await.unwrap(),
+        partner.await.unwrap(),
+        sip.wait().await,
+    );
+    let mut admitted = 0;
+    for calls in [&twilio.calls, &partner.calls] {
+        let refused = calls
+            .iter()
+            .filter(|c| matches!(&c.outcome, Outcome::Rejected { reason, prompt_heard: true, .. } if reason == "draining"))
+            .count();
+        let served = calls
+            .iter()
+            .filter(|c| matches!(c.outcome, Outcome::Completed | Outcome::EndedByBot { .. }))
+            .count();
+        assert_eq!(
+            refused + served,
+            10,
+            "admitted and served, or refused: {calls:#?}"
+        );
+        assert!(refused >= 1, "the burst straddled the drain");
+        admitted += served;
+    }
+    let sip_refused = sip.rejected_by_code();
+    assert_eq!(
+        sip_refused.keys().copied().collect::<Vec<_>>(),
+        [503],
+        "{}",
+        sip.details()
+    );
+    assert_eq!(
+        sip.counter("answered") + sip_refused[&503],
+        10,
+        "{}",
+        sip.details()
+    );
+    admitted += sip.counter("answered") as usize;
+    assert!(admitted >= 1, "the burst straddled the drain");
+    // The auditor's check: no admission after the instance's `draining`.
+    let rows = r.exit_clean_and_audit().await;
+    assert_eq!(rows.values().sum::<usize>(), admitted, "{rows:?}");
+    r.stop().await;
+}
+
 impl Rig {
     async fn start(policy: DrainPolicy, deadline_s: u64) -> Rig {
         let database = Database::local(LocalOptions::default()).await.unwrap();
