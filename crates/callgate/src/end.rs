@@ -103,6 +103,10 @@ pub enum EndReason {
     /// A drain with policy `transfer` handed the call to the human path at
     /// its turn boundary.
     DrainTransfer,
+    /// Another instance closed this call's record as `owner_lost` while
+    /// this one was paused or cut off past its lease: the call says goodbye
+    /// here and ends (its own later writes are fenced).
+    OwnerFenced,
     /// The call reached `call.max_duration_s`.
     MaxDuration,
     /// The server shut down under the call (its task was cancelled).
@@ -136,6 +140,7 @@ impl EndReason {
             EndReason::RtpTimeout => "rtp_timeout",
             EndReason::DrainDeadline => "drain_deadline",
             EndReason::DrainTransfer => "drain_transfer",
+            EndReason::OwnerFenced => "owner_fenced",
             EndReason::MaxDuration => "max_duration",
             EndReason::Shutdown => "shutdown",
         }
@@ -162,6 +167,7 @@ impl EndReason {
                 | EndReason::ProviderFailed(_)
                 | EndReason::Stalled(_)
                 | EndReason::DrainDeadline
+                | EndReason::OwnerFenced
                 | EndReason::Shutdown
                 | EndReason::CarrierGone
                 | EndReason::CarrierGoneDuringSetup

@@ -121,6 +121,10 @@ pub const OWNER_BEAT_AGE: &str = "callgate_owner_heartbeat_age_seconds";
 /// still sends are refused by the epoch fence and counted by the store as
 /// `callgate_store_writes_total{result="fenced"}`.
 pub const SESSIONS_RECLAIMED: &str = "callgate_sessions_reclaimed_total";
+/// Calls running here that ended `owner_fenced`: another instance closed
+/// their records while this one's beats were not landing (paused, cut off)
+/// or another process took this instance name.
+pub const OWNER_FENCED_CALLS: &str = "callgate_owner_fenced_calls_total";
 /// `GET /v1/sessions/{id}` answers, by `status` (`200`, `400`, `404`, `503`).
 pub const SESSION_READS: &str = "callgate_session_reads_total";
 

@@ -198,7 +198,7 @@ pub async fn run(app: Arc<App>, boot: BootId, stop: CancellationToken) {
         }
         let cfg = app.cfg().ownership.clone();
         live.set_config(&cfg);
-        tick(&app.store, boot, &cfg, &mut live).await;
+        tick(&app, boot, &cfg, &mut live).await;
         if cfg.heartbeat_interval_ms != every {
             every = cfg.heartbeat_interval_ms;
             ticker = new_ticker(cfg.interval());
@@ -214,16 +214,51 @@ fn new_ticker(every: Duration) -> tokio::time::Interval {
 }
 
 /// One beat, and the reclaim it allows.
-async fn tick(store: &Store, boot: BootId, cfg: &OwnershipConfig, live: &mut Liveness) {
+async fn tick(app: &App, boot: BootId, cfg: &OwnershipConfig, live: &mut Liveness) {
+    let store = &app.store;
     let result = beat(store, boot, cfg.query_timeout()).await;
     let now = Instant::now();
     let verdict = live.on_beat(now, result);
     metrics::gauge!(m::OWNER_BEAT_AGE).set(live.beat_age(now).as_secs_f64());
     if let Some(c) = verdict.change {
         log_change(c, cfg);
+        end_calls_owned_elsewhere(app, c, cfg).await;
     }
     if verdict.reclaim {
         reclaim_lost(store, boot, cfg).await;
+    }
+}
+
+/// After a lapse (or when another process took this name), the calls
+/// still running here whose records another instance closed are told so:
+/// each says goodbye and ends `owner_fenced`, so no session has two
+/// owners acting on it. Bounded; a failed check is retried at the next
+/// lapse only — their writes are fenced meanwhile and the reconciler
+/// reports them.
+async fn end_calls_owned_elsewhere(app: &App, change: Change, cfg: &OwnershipConfig) {
+    let running: Vec<_> = app.live.ids().into_iter().collect();
+    let lost = match change {
+        Change::Lapsed { .. } => return,
+        // The new boot closed every row of this name at its start.
+        Change::Superseded(_) => running,
+        Change::Restored { .. } => {
+            let check = app.store.owned_elsewhere(&running);
+            match tokio::time::timeout(cfg.query_timeout(), check).await {
+                Ok(Ok(lost)) => lost,
+                Ok(Err(e)) => {
+                    return warn!(error = %e, "could not check which calls are still ours");
+                }
+                Err(_) => return warn!("checking which calls are still ours timed out"),
+            }
+        }
+    };
+    if lost.is_empty() {
+        return;
+    }
+    let told = app.live.lose(&lost);
+    metrics::counter!(m::OWNER_FENCED_CALLS).increment(told as u64);
+    for call in &lost {
+        warn!(call_id = %call, "another instance closed this call's record: ending it here (owner_fenced)");
     }
 }
 

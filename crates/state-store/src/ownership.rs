@@ -311,6 +311,30 @@ impl Store {
             .await?;
         reclaimed(&rows, ReclaimReason::OwnerLost)
     }
+
+    /// Which of `calls` (running in this process) have a ledger row whose
+    /// owner is no longer this instance: another one closed them while this
+    /// boot's beats were not landing. A call with no row yet (still being
+    /// set up) is not among them. One statement, by primary key.
+    ///
+    /// # Errors
+    /// Provider errors.
+    pub async fn owned_elsewhere(&self, calls: &[CallId]) -> Result<Vec<CallId>, StoreError> {
+        let op = "owned_elsewhere";
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<Uuid> = calls.iter().map(|c| c.0).collect();
+        let mut conn = self.pool().checkout().await?;
+        let rows = conn
+            .query(
+                op,
+                "SELECT call_id FROM call_ledger WHERE call_id = ANY($1) AND owner_instance <> $2",
+                &[&ids, &self.config().instance],
+            )
+            .await?;
+        rows.iter().map(|r| Ok(CallId(col(r, 0, op)?))).collect()
+    }
 }
 
 fn previous_boot(row: &Row) -> Result<PreviousBoot, StoreError> {

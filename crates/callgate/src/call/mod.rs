@@ -135,6 +135,10 @@ impl<L: Leg> CallActor<L> {
 
     async fn event_loop(&mut self) -> End {
         let mut orders = self.app.drain.orders();
+        // Cancelled when another instance closed this call's record (this
+        // process was paused or cut off past its lease): goodbye, then end.
+        let lost = self.app.live.lost(self.rec.call).unwrap_or_default();
+        let mut lost_told = false;
         // A call set up after the order was given still follows it.
         let mut pending = drain_input(*orders.borrow_and_update());
         self.perform();
@@ -155,6 +159,10 @@ impl<L: Leg> CallActor<L> {
                     () = &mut self.timer => {
                         self.timer_at = far_future(Instant::now());
                         Input::Tick
+                    }
+                    () = lost.cancelled(), if !lost_told => {
+                        lost_told = true;
+                        Input::OwnershipLost
                     }
                     Ok(()) = orders.changed() => {
                         match drain_input(*orders.borrow_and_update()) {

@@ -300,7 +300,20 @@ async fn a_paused_instance_loses_its_calls_and_its_later_writes_are_fenced() {
         assert_eq!(row.owner_instance, b_name, "C never took a row back");
     }
 
-    live.abort();
+    // And C learns it: each of its calls says goodbye and ends there.
+    let calls = tokio::time::timeout(PATIENCE, live).await.unwrap().unwrap();
+    for call in &calls.calls {
+        assert!(
+            matches!(&call.outcome, callgate_load::Outcome::CutShort { reason } if reason == "owner_fenced"),
+            "{call:#?}"
+        );
+        assert!(
+            call.prompts_heard.goodbye >= 1,
+            "the goodbye was heard: {call:#?}"
+        );
+    }
+    let ended = metric(&c, "callgate_owner_fenced_calls_total").await;
+    assert_eq!(ended, 3.0, "C ended the three calls it had lost");
     drop(store);
     stop_all([c, b], db).await;
 }

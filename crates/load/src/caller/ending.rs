@@ -26,7 +26,9 @@ const STALL_CULPRITS: [&str; 5] = ["dialog", "tool", "tts", "stt", "carrier_medi
 /// (`<provider>_failed`, partner `provider_failed:<provider>`).
 const FAILOVER_PROVIDERS: [&str; 3] = ["stt", "tts", "dialog"];
 /// `callgate-end:` reasons that are the server's limits, not the bot's choice.
-const LIMIT_REASONS: [&str; 2] = ["max_duration", "drain_deadline"];
+/// (`owner_fenced`: the instance learnt another one had closed the call's
+/// record while it was paused or cut off.)
+const LIMIT_REASONS: [&str; 3] = ["max_duration", "drain_deadline", "owner_fenced"];
 
 /// Which terminal mark (or partner message) ended the conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

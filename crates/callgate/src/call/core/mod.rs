@@ -76,6 +76,9 @@ pub enum Input {
     DrainCancelled,
     /// The drain deadline passed.
     DrainDeadline,
+    /// Another instance closed this call's record (`owner_lost`) while this
+    /// one was paused or cut off: it is no longer the call's owner.
+    OwnershipLost,
     /// Only time passed (a deadline the core asked for).
     Tick,
 }
@@ -304,7 +307,7 @@ impl CallCore {
             // A second terminal cause (a hang-up racing our own end, a
             // drain deadline after it): counted, never recorded.
             let terminal = matches!(&input, Input::Leg(ev) if ev.is_terminal())
-                || matches!(input, Input::DrainDeadline);
+                || matches!(input, Input::DrainDeadline | Input::OwnershipLost);
             if terminal {
                 self.late_ends += 1;
             }
@@ -322,6 +325,13 @@ impl CallCore {
                     Prompt::Goodbye,
                     "callgate-end:drain_deadline".into(),
                     "drain_deadline",
+                    now,
+                ),
+                Input::OwnershipLost => self.fail_over(
+                    End::new(EndReason::OwnerFenced, now),
+                    Prompt::Goodbye,
+                    "callgate-end:owner_fenced".into(),
+                    "owner_fenced",
                     now,
                 ),
                 Input::DrainTransfer => self.drain_transfer_requested(now),

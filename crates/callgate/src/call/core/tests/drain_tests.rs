@@ -153,3 +153,17 @@ fn the_bots_own_exit_wins_and_the_deadline_still_bounds() {
     assert_eq!(marks(&out), ["callgate-end:drain_deadline"]);
     assert_eq!(s.end().reason, EndReason::DrainDeadline);
 }
+
+#[test]
+fn a_call_whose_record_was_taken_says_goodbye_and_ends_owner_fenced() {
+    let mut s = after_greeting();
+    s.step(Input::OwnershipLost);
+    let out = s.pass(Duration::from_secs(5));
+    assert!(plays(&out) > 60, "the goodbye plays");
+    assert_eq!(marks(&out), ["callgate-end:owner_fenced"]);
+    assert_eq!(s.end().reason, EndReason::OwnerFenced);
+    // A drain deadline after it is a late cause, counted and dropped.
+    s.step(Input::DrainDeadline);
+    assert_eq!(s.end().reason, EndReason::OwnerFenced);
+    assert_eq!(s.core.late_ends(), 1);
+}
