@@ -55,6 +55,10 @@ pub struct PartnerLeg {
     retired: LegStats,
     outstanding: Outstanding,
     resume: Option<Resume>,
+    /// An event owed before the next read: `Detached` again for a call
+    /// core that starts while the leg is detached (it began after the
+    /// first notice, during setup).
+    notice: Option<LegEvent>,
 }
 
 enum Socket {
@@ -88,7 +92,8 @@ struct Resume {
 /// What woke the leg.
 enum Step {
     Read(LegEvent),
-    Attach(Attach),
+    /// Boxed: a socket is large, and steps are mostly reads.
+    Attach(Box<Attach>),
     WindowOver,
 }
 
@@ -136,6 +141,7 @@ impl PartnerLeg {
                     retired: LegStats::default(),
                     outstanding: Outstanding::default(),
                     resume: None,
+                    notice: None,
                 };
                 return Ok((leg, start));
             }
@@ -195,7 +201,7 @@ impl PartnerLeg {
     fn on_step(&mut self, step: Step, now: Instant) -> Option<LegEvent> {
         match step {
             Step::Read(ev) => self.on_read(ev, now),
-            Step::Attach(a) => self.attach(a, now),
+            Step::Attach(a) => self.attach(*a, now),
             Step::WindowOver => self.window_over(now),
         }
     }
@@ -302,7 +308,11 @@ impl PartnerLeg {
 
     fn window_over(&mut self, now: Instant) -> Option<LegEvent> {
         // A socket handed over just as the window closed still counts.
-        if let Some(a) = self.resume.as_mut().and_then(|r| r.attach_rx.try_recv().ok()) {
+        if let Some(a) = self
+            .resume
+            .as_mut()
+            .and_then(|r| r.attach_rx.try_recv().ok())
+        {
             return self.attach(a, now);
         }
         let Socket::Detached(gap) = std::mem::replace(&mut self.socket, Socket::Ended) else {
@@ -397,7 +407,10 @@ pub fn refuse_attach(a: Attach) {
     metrics::counter!(m::PARTNER_RESUMES, "result" => "expired").increment(1);
     let mut socket = a.socket;
     tokio::spawn(async move {
-        let msg = wire::error(RESUME_EXPIRED, "the call ended before this connection could resume it");
+        let msg = wire::error(
+            RESUME_EXPIRED,
+            "the call ended before this connection could resume it",
+        );
         let close = Message::Close(Some(CloseFrame {
             code: wire::CLOSE_POLICY,
             reason: RESUME_EXPIRED.into(),
@@ -476,6 +489,9 @@ impl Leg for PartnerLeg {
     }
 
     async fn next_event(&mut self) -> LegEvent {
+        if let Some(ev) = self.notice.take() {
+            return ev;
+        }
         loop {
             let step = next_step(&mut self.socket, &mut self.resume).await;
             if let Some(ev) = self.on_step(step, Instant::now()) {
@@ -502,10 +518,13 @@ impl Leg for PartnerLeg {
         out
     }
 
+    /// Called as the call starts (`CallActor::new`).
     fn want_audio(&mut self) {
         self.audio = true;
-        if let Socket::Live(link, _) = &mut self.socket {
-            link.codec.audio = true;
+        match &mut self.socket {
+            Socket::Live(link, _) => link.codec.audio = true,
+            Socket::Detached(_) => self.notice = Some(LegEvent::Detached),
+            Socket::Ended => {}
         }
     }
 
@@ -556,7 +575,8 @@ impl Leg for PartnerLeg {
 
     async fn finish(mut self, how: Finish, bound: Duration) -> Finished {
         self.close_attaches();
-        let Socket::Live(mut link, live) = std::mem::replace(&mut self.socket, Socket::Ended) else {
+        let Socket::Live(mut link, live) = std::mem::replace(&mut self.socket, Socket::Ended)
+        else {
             return Finished::default();
         };
         let (code, reason) = finish_message(&how);
@@ -582,12 +602,12 @@ async fn next_step(socket: &mut Socket, resume: &mut Option<Resume>) -> Step {
     match socket {
         Socket::Live(link, _) => tokio::select! {
             ev = link.next_event() => Step::Read(ev),
-            Some(a) = attach => Step::Attach(a),
+            Some(a) = attach => Step::Attach(Box::new(a)),
         },
         Socket::Detached(gap) if Instant::now() >= gap.until => Step::WindowOver,
         Socket::Detached(gap) => tokio::select! {
             () = tokio::time::sleep_until(gap.until.into()) => Step::WindowOver,
-            Some(a) = attach => Step::Attach(a),
+            Some(a) = attach => Step::Attach(Box::new(a)),
         },
         Socket::Ended => std::future::pending().await,
     }
@@ -606,9 +626,10 @@ fn finish_message(how: &Finish) -> (u16, &'static str) {
 /// The message that tells the partner `how` the call finished, if any.
 fn finish_text(how: &Finish) -> Option<String> {
     match how {
-        Finish::Transfer { target, cause } => {
-            Some(wire::transfer(target.as_deref().unwrap_or(""), &cause.wire()))
-        }
+        Finish::Transfer { target, cause } => Some(wire::transfer(
+            target.as_deref().unwrap_or(""),
+            &cause.wire(),
+        )),
         Finish::Hangup(cause) => Some(wire::end(&cause.wire())),
         Finish::Release => None,
         Finish::Refuse(v) => Some(wire::error(v.kind, &v.detail)),

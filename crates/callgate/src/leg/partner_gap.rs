@@ -223,7 +223,10 @@ mod tests {
         let items = h.take();
         assert_eq!(items.len(), HELD_MESSAGES + 1);
         assert_eq!(items.back(), Some(&Held::Mark("turn-2".into())));
-        assert!(!items.contains(&Held::Audio(vec![2])), "the newest audio went");
+        assert!(
+            !items.contains(&Held::Audio(vec![2])),
+            "the newest audio went"
+        );
     }
 
     #[test]

@@ -228,7 +228,12 @@ impl<A: Send + 'static> ResumeRegistry<A> {
 
     /// Spends `token` for `partner` at `now`. A token of another partner is
     /// refused without being spent (a stranger cannot burn it).
-    pub fn claim(&self, token: &str, partner: &PartnerId, now: Instant) -> Result<Claim<A>, Refusal> {
+    pub fn claim(
+        &self,
+        token: &str,
+        partner: &PartnerId,
+        now: Instant,
+    ) -> Result<Claim<A>, Refusal> {
         if !well_formed(token) {
             return Err(Refusal::Malformed);
         }
@@ -294,7 +299,11 @@ impl<A> Inner<A> {
     }
 
     fn forget_old(&mut self, now: Instant) {
-        while self.tombstones.front().is_some_and(|(until, _)| *until <= now) {
+        while self
+            .tombstones
+            .front()
+            .is_some_and(|(until, _)| *until <= now)
+        {
             self.forget_front();
         }
     }
@@ -439,8 +448,17 @@ mod tests {
             reg.claim(stranger.expose(), &acme(), t0).unwrap_err(),
             Refusal::Unknown
         );
-        for bad in ["", "short", &"a".repeat(44), &format!("{}=", &"a".repeat(42))] {
-            assert_eq!(reg.claim(bad, &acme(), t0).unwrap_err(), Refusal::Malformed, "{bad:?}");
+        for bad in [
+            "",
+            "short",
+            &"a".repeat(44),
+            &format!("{}=", &"a".repeat(42)),
+        ] {
+            assert_eq!(
+                reg.claim(bad, &acme(), t0).unwrap_err(),
+                Refusal::Malformed,
+                "{bad:?}"
+            );
         }
     }
 

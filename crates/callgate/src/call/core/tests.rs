@@ -662,7 +662,10 @@ fn a_detached_carrier_is_held_not_stalled_and_attached_again_owes_media() {
     assert!(s.core.ended().is_none(), "held while detached");
     s.step(Input::Leg(LegEvent::Attached));
     s.pass(Duration::from_secs(2));
-    assert!(s.core.ended().is_none(), "frames flow on the new connection");
+    assert!(
+        s.core.ended().is_none(),
+        "frames flow on the new connection"
+    );
     // The new connection must stream: its silence is a stall as before.
     s.now += Duration::from_secs(6);
     s.step(Input::Tick);
