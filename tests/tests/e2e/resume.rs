@@ -99,6 +99,16 @@ async fn a_dropped_connection_resumed_within_the_window_continues_the_same_call(
     let a = Caller::spawn(ws, 1, 1);
     turns(&h, "p-a", 1, 2).await;
     a.end(Command::Drop).await;
+    // Resume once the server has seen the loss (else this would be the
+    // superseding case, tested below).
+    let id = h.ledger("p-a").await.unwrap().call_id;
+    eventually(
+        Duration::from_secs(10),
+        "the call held for a resume",
+        async || h.event_kinds(id).await,
+        |k| k.iter().any(|k| k == "carrier_detached"),
+    )
+    .await;
 
     let mut ws = partner_raw::connect(&h.partner_url(), "k1", Some(&t1))
         .await
@@ -281,6 +291,8 @@ async fn tokens_unknown_malformed_foreign_or_expired_are_refused_and_an_unresume
         r["gap_ms"].as_u64().unwrap() >= 1_000,
         "the whole window: {r:#}"
     );
+    let lost = r["caller_audio_lost_ms"].as_u64().unwrap();
+    assert!(lost + 20 >= 1_000, "no caller audio after the drop: {r:#}");
     assert_eq!(
         (r["attempts"].as_u64(), r["refused"].as_u64()),
         (Some(1), Some(1)),

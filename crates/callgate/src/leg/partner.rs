@@ -215,7 +215,7 @@ impl PartnerLeg {
         }
         match &ev {
             LegEvent::Played(name) => self.outstanding.played(name),
-            LegEvent::Gone(why) if self.resume.is_some() && !link.codec.closed_normally => {
+            LegEvent::Gone(why) if self.has_token() && !link.codec.closed_normally => {
                 let why = why.clone();
                 self.detach(why, now);
                 return Some(LegEvent::Detached);
@@ -223,6 +223,12 @@ impl PartnerLeg {
             _ => {}
         }
         Some(ev)
+    }
+
+    /// Whether a token is out that a new connection could present (none
+    /// when resume is off or the registry was full).
+    fn has_token(&self) -> bool {
+        self.resume.as_ref().is_some_and(|r| r.token.is_some())
     }
 
     /// The connection dropped: keep the call, open the window.
@@ -320,6 +326,8 @@ impl PartnerLeg {
         };
         if let Some(r) = self.resume.as_mut() {
             r.tally.gap += now.saturating_duration_since(gap.since);
+            // The caller's audio since the last frame never came.
+            r.tally.unresumed(gap.last_frame.unwrap_or(gap.since), now);
             // Retire the token now: a late presenter reads "expired".
             r.token = None;
         }

@@ -176,8 +176,14 @@ impl ResumeTally {
         }
     }
 
-    /// The first caller frame since a take-over arrived at `at` (or the
-    /// leg ends at `at` without one).
+    /// A gap that ended at `now` without a resume: the caller's audio from
+    /// `last_frame` on never arrived.
+    pub fn unresumed(&mut self, last_frame: Instant, now: Instant) {
+        self.lost_since.get_or_insert(last_frame);
+        self.audio_back(now);
+    }
+
+    /// The first caller frame since a take-over arrived at `at`.
     pub fn audio_back(&mut self, at: Instant) {
         if let Some(since) = self.lost_since.take() {
             let lost = at.saturating_duration_since(since);
@@ -291,5 +297,8 @@ mod tests {
         t.audio_back(t0 + ms(2_520));
         assert_eq!(t.caller_audio_lost, ms(800) + ms(500));
         assert_eq!(t.resumed, 3);
+        // A gap nobody resumed loses everything up to its end.
+        t.unresumed(t0 + ms(3_000), t0 + ms(4_020));
+        assert_eq!(t.caller_audio_lost, ms(800) + ms(500) + ms(1_000));
     }
 }
