@@ -103,7 +103,8 @@ struct Codec {
     audio: bool,
     /// When the latest valid caller frame arrived.
     last_frame: Option<Instant>,
-    /// The partner closed with 1000: a deliberate end, never resumed.
+    /// The partner closed with 1000 (or with a close frame naming no
+    /// code): a deliberate end, never resumed.
     closed_normally: bool,
 }
 
@@ -456,7 +457,8 @@ impl WsCodec for Codec {
                 }
             },
             Message::Close(f) => {
-                self.closed_normally = f.as_ref().is_some_and(|f| f.code == 1000);
+                // A close frame without a code (1005) is deliberate too.
+                self.closed_normally = f.as_ref().is_none_or(|f| f.code == 1000);
                 let why = f.map(|f| format!("closed by partner ({} {})", f.code, f.reason));
                 Some(LegEvent::Gone(
                     why.unwrap_or_else(|| "closed by partner".into()),
@@ -643,3 +645,7 @@ fn finish_text(how: &Finish) -> Option<String> {
         Finish::Refuse(v) => Some(wire::error(v.kind, &v.detail)),
     }
 }
+
+#[cfg(test)]
+#[path = "partner_tests.rs"]
+mod tests;
