@@ -9,6 +9,7 @@
 
 pub mod haproxy;
 pub mod kamailio;
+pub mod partner_raw;
 mod process;
 pub mod raw;
 pub mod sip;

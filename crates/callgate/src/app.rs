@@ -36,6 +36,8 @@ pub struct App {
     pub routing: crate::reconcile::RoutingReport,
     /// The calls running here, by id, for reconciliation receipts.
     pub live: crate::reconcile::LiveCalls,
+    /// Partner resume tokens of the calls running here.
+    pub resumes: Arc<crate::leg::partner::Registry>,
     /// The reconciler's latest tick, for `/admin/status`.
     pub reconcile: crate::reconcile::task::Latest,
 }
@@ -146,6 +148,7 @@ impl App {
             counters: Counters::default(),
             routing: crate::reconcile::RoutingReport::default(),
             live: crate::reconcile::LiveCalls::default(),
+            resumes: Arc::default(),
             reconcile: crate::reconcile::task::Latest::default(),
         })
     }

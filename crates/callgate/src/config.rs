@@ -151,6 +151,9 @@ pub struct PartnerIngressConfig {
     pub max_message_bytes: usize,
     /// The `target` of a `transfer` message when the partner has none of its own.
     pub transfer_target: String,
+    /// How long a call whose connection dropped waits for the partner to
+    /// resume it on a new one (`docs/partner-protocol.md`); 0 disables resume.
+    pub resume_window_ms: u64,
 }
 
 impl Default for PartnerIngressConfig {
@@ -159,6 +162,7 @@ impl Default for PartnerIngressConfig {
             start_timeout_ms: 5_000,
             max_message_bytes: 16 * 1024,
             transfer_target: "human".to_string(),
+            resume_window_ms: 15_000,
         }
     }
 }
@@ -586,6 +590,11 @@ impl Config {
                     "partners.{id}.key_sha256 must be 64 hex digits (the SHA-256 of the key)"
                 )));
             }
+        }
+        if self.partner.resume_window_ms > 120_000 {
+            return Err(ConfigError::Invalid(
+                "partner.resume_window_ms is at most 120000 (2 minutes)".to_string(),
+            ));
         }
         if self.partner.max_message_bytes < 1_024 {
             return Err(ConfigError::Invalid(

@@ -18,6 +18,10 @@ pub const ADMITTED: &str = "callgate_calls_admitted_total";
 pub const REJECTED: &str = "callgate_admission_rejections_total";
 /// Partner upgrades refused before the upgrade (401), by why.
 pub const PARTNER_AUTH_REFUSED: &str = "callgate_partner_auth_refused_total";
+/// Resume attempts on the partner ingress, by `result`: `resumed`, or why
+/// one was refused (`malformed`, `unknown`, `expired`, `used`,
+/// `wrong_partner`).
+pub const PARTNER_RESUMES: &str = "callgate_partner_resumes_total";
 /// Calls a partner holds in the gate now, by `state` (`active`, `queued`).
 pub const PARTNER_CALLS: &str = "callgate_partner_calls";
 /// A partner's `max_concurrent_calls`.

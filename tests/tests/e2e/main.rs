@@ -24,6 +24,7 @@ mod partner;
 mod partner_bad_input;
 mod receipts;
 mod reconnect;
+mod resume;
 mod retention;
 mod sessions;
 mod setup_failure;

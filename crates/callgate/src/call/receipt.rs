@@ -104,6 +104,7 @@ pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
         core.underruns(),
         leg.transport_report(),
     );
+    let resume = leg.resume_report();
     // Read before the closes: each client's own count of its reconnects.
     let reconnects = serde_json::json!({
         "stt": res.stt.0.reconnects(),
@@ -141,7 +142,7 @@ pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
     let delta = tally.delta();
     cleanup.permit_unreleased = delta.decrement != 1;
     cleanup.writes_lost = rec.lost;
-    let stats = serde_json::json!({
+    let mut stats = serde_json::json!({
         "active_counter_delta": delta_json(delta),
         "admission_wait_ms": millis(waited),
         "setup_ms": setup_ms,
@@ -156,6 +157,9 @@ pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
         "writes_lost": cleanup.writes_lost,
         "cleanup": cleanup,
     });
+    if let Some(r) = resume {
+        stats["resume"] = r;
+    }
     let done = Instant::now();
     let ledger_reason = end.ledger();
     rec.close(&ledger_reason, cleanup.status(), done, stats);

@@ -83,6 +83,8 @@ pub struct Watchdog {
     stt: Armed,
     last_media: Instant,
     media_check: Instant,
+    /// The carrier is detached (see [`Watchdog::media_suspended`]).
+    media_suspended: bool,
     /// When the caller's current speech began (local VAD), and when STT last
     /// delivered a final: the two detectors race, so a final that arrived
     /// during the speech already covers it.
@@ -100,6 +102,7 @@ impl Watchdog {
             stt: Armed::default(),
             last_media: now,
             media_check: now + cfg.media_stall,
+            media_suspended: false,
             speech_started: None,
             last_final: None,
             stalls: 0,
@@ -154,9 +157,26 @@ impl Watchdog {
         self.stt.disarm();
     }
 
-    /// A carrier frame arrived. Cheap: only stores the time.
+    /// A carrier frame arrived. Cheap: only stores the time. Ends a
+    /// [`Watchdog::media_suspended`] gap: the clock restarts here.
     pub fn media_seen(&mut self, now: Instant) {
         self.last_media = now;
+        self.media_suspended = false;
+    }
+
+    /// The carrier's connection dropped and may be resumed (a partner
+    /// leg's resume window): no frames are owed until [`Watchdog::media_seen`]
+    /// or a new connection is attached ([`Watchdog::media_resumed`]). The leg
+    /// itself bounds the gap and reports the carrier gone when it ends.
+    pub fn media_suspended(&mut self) {
+        self.media_suspended = true;
+    }
+
+    /// A new carrier connection was attached at `now`: frames are owed
+    /// again, counted from here.
+    pub fn media_resumed(&mut self, now: Instant) {
+        self.media_seen(now);
+        self.media_check = now + self.cfg.media_stall;
     }
 
     /// The earliest instant at which `poll` may have something to say.
@@ -174,7 +194,9 @@ impl Watchdog {
 
     /// The action due at `now`, if any. Call until `None`.
     pub fn poll(&mut self, now: Instant) -> Option<Action> {
-        if now >= self.media_check {
+        if self.media_suspended {
+            self.media_check = self.media_check.max(now + self.cfg.media_stall);
+        } else if now >= self.media_check {
             if now.duration_since(self.last_media) >= self.cfg.media_stall {
                 self.media_check = now + self.cfg.media_stall;
                 self.stalls += 1;
@@ -288,5 +310,21 @@ mod tests {
         assert_eq!(w.poll(t0 + s(5_000)), None);
         assert_eq!(w.next_deadline(), t0 + s(8_000));
         assert_eq!(w.poll(t0 + s(8_000)), Some(Action::End(Clock::Media)));
+    }
+
+    #[test]
+    fn a_detached_carrier_owes_no_media_until_it_is_attached_again() {
+        let t0 = Instant::now();
+        let mut w = Watchdog::new(cfg(), t0);
+        w.media_seen(t0 + s(1_000));
+        w.media_suspended();
+        // Far past the 5 s stall: nothing fires, and the next check is
+        // never in the past (no busy loop while detached).
+        assert_eq!(w.poll(t0 + s(12_000)), None);
+        assert!(w.next_deadline() > t0 + s(12_000));
+        w.media_resumed(t0 + s(14_000));
+        assert_eq!(w.poll(t0 + s(18_999)), None);
+        assert_eq!(w.poll(t0 + s(19_000)), Some(Action::End(Clock::Media)));
+        assert_eq!(w.stalls, 1);
     }
 }

@@ -10,6 +10,7 @@
 //! the admission gate.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use admission::PartnerId;
 use axum::extract::{State, WebSocketUpgrade};
@@ -17,13 +18,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use state_store::CallId;
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, info, info_span, warn};
 
 use crate::app::App;
 use crate::call::labels::{Labels, Transport};
 use crate::call::setup::Arrival;
 use crate::config::{Config, ms};
-use crate::leg::partner::PartnerLeg;
+use crate::leg::partner::{Attach, PartnerLeg, refuse_attach};
+use crate::leg::resume::{self, Refusal};
 use crate::leg::{Ingress, Leg};
 use crate::metrics as m;
 
@@ -109,13 +111,53 @@ pub async fn partner_stream(
     };
     // A 20 ms frame is at most 640 bytes; text messages are bounded by config.
     let max = cfg.partner.max_message_bytes.max(4_096);
-    let tracker = app.calls.clone();
-    ws.max_message_size(max)
+    let ws = ws
+        .max_message_size(max)
         .max_frame_size(max)
-        .read_buffer_size(8 * 1024)
-        .on_upgrade(move |socket| async move {
-            tracker.spawn(handle(app, socket, partner)).await.ok();
-        })
+        .read_buffer_size(8 * 1024);
+    if let Some(token) = headers.get(RESUME_HEADER) {
+        return resume(&app, ws, token.to_str().unwrap_or(""), &partner);
+    }
+    let tracker = app.calls.clone();
+    ws.on_upgrade(move |socket| async move {
+        tracker.spawn(handle(app, socket, partner)).await.ok();
+    })
+}
+
+/// The request header that presents a resume token.
+pub const RESUME_HEADER: &str = "callgate-resume";
+
+/// The HTTP status that refuses a resume for `why`.
+pub fn refusal_status(why: Refusal) -> StatusCode {
+    match why {
+        Refusal::Malformed => StatusCode::BAD_REQUEST,
+        Refusal::WrongPartner => StatusCode::FORBIDDEN,
+        Refusal::Unknown => StatusCode::NOT_FOUND,
+        Refusal::Used => StatusCode::CONFLICT,
+        Refusal::Expired => StatusCode::GONE,
+    }
+}
+
+/// Claims `token` for `partner` and, once upgraded, hands the socket to the
+/// call's leg. A refusal is answered before the upgrade.
+fn resume(app: &App, ws: WebSocketUpgrade, token: &str, partner: &PartnerId) -> Response {
+    let claim = match app.resumes.claim(token, partner, Instant::now()) {
+        Ok(c) => c,
+        Err(why) => {
+            warn!(partner = %partner, why = why.as_str(), token = %resume::redacted(token), "partner resume refused");
+            metrics::counter!(m::PARTNER_RESUMES, "result" => why.as_str()).increment(1);
+            let body = format!("{}: {why}\n", why.as_str());
+            return (refusal_status(why), body).into_response();
+        }
+    };
+    info!(partner = %partner, session = %claim.session, "partner resume accepted; upgrading");
+    ws.on_upgrade(move |socket| async move {
+        // The leg takes the socket in its own task; a call that ended
+        // meanwhile has closed its queue, and the socket is told so.
+        if let Err(e) = claim.attach.try_send(Attach { socket }) {
+            refuse_attach(e.into_inner());
+        }
+    })
 }
 
 async fn handle(app: Arc<App>, socket: axum::extract::ws::WebSocket, partner: PartnerId) {
@@ -130,6 +172,8 @@ async fn handle(app: Arc<App>, socket: axum::extract::ws::WebSocket, partner: Pa
         }
     };
     let call_id = CallId::new_random();
+    let window = ms(cfg.partner.resume_window_ms);
+    leg.resumable(Arc::clone(&app.resumes), call_id, partner.clone(), window);
     leg.started(&call_id.to_string());
     let target = cfg
         .partners

@@ -19,7 +19,9 @@
 
 pub mod format;
 pub mod partner;
+pub mod partner_gap;
 pub mod partner_wire;
+pub mod resume;
 pub mod sip;
 pub mod twilio;
 pub mod ws;
@@ -86,6 +88,14 @@ pub enum LegEvent {
     /// `sip.rtp_timeout_ms` without RTP or RTCP): it vanished without a
     /// hang-up.
     MediaTimeout(Duration),
+    /// The transport dropped and the leg waits, bounded, for the peer to
+    /// resume the call on a new connection (partner legs: the resume
+    /// window). Outbound commands are queued meanwhile; no caller audio
+    /// comes. Followed by [`LegEvent::Attached`] or by `Gone`.
+    Detached,
+    /// A new connection took over the call (after [`LegEvent::Detached`],
+    /// or superseding a connection still open): caller audio comes again.
+    Attached,
 }
 
 impl LegEvent {
@@ -239,6 +249,13 @@ pub trait Leg: Send + 'static {
     /// the peer's own reports). `None` for transports that measure nothing
     /// beyond [`LegStats`].
     fn transport_report(&self) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// The receipt's `resume` object: attempts, gaps and what they cost
+    /// (partner legs that issued a resume token). `None` for legs that
+    /// cannot be resumed.
+    fn resume_report(&self) -> Option<serde_json::Value> {
         None
     }
 

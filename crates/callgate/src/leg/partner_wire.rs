@@ -344,6 +344,8 @@ struct Outbound<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     session_id: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    resume_token: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     name: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     target: Option<&'a str>,
@@ -360,6 +362,7 @@ impl<'a> Outbound<'a> {
         Outbound {
             event,
             session_id: None,
+            resume_token: None,
             name: None,
             target: None,
             reason: None,
@@ -381,6 +384,28 @@ pub fn started(session_id: &str) -> String {
     Outbound {
         session_id: Some(session_id),
         ..Outbound::new("started")
+    }
+    .to_text()
+}
+
+/// `started` on a resumable call: also the token with which a new
+/// connection may take the call over (single-use; a resumed connection's
+/// `started` carries the next one).
+pub fn started_resumable(session_id: &str, resume_token: &str) -> String {
+    Outbound {
+        session_id: Some(session_id),
+        resume_token: Some(resume_token),
+        ..Outbound::new("started")
+    }
+    .to_text()
+}
+
+/// `superseded`: a new connection resumed this call; this one is closed
+/// (1000) right after and must stop sending.
+pub fn superseded(reason: &str) -> String {
+    Outbound {
+        reason: Some(reason),
+        ..Outbound::new("superseded")
     }
     .to_text()
 }

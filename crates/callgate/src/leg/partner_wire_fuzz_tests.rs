@@ -25,7 +25,10 @@
 //! - `check_frame` accepts exactly one 20 ms frame, else `bad_audio_frame`
 //!   with close 1007;
 //! - every builder's output, for any input strings, is a JSON object with
-//!   exactly its documented fields holding exactly those strings.
+//!   exactly its documented fields holding exactly those strings (the
+//!   resume token of `started` and the `superseded` notice included), and
+//!   the load tool, an older client, reads a resumable `started` as a
+//!   plain one.
 
 use std::collections::BTreeMap;
 
@@ -34,7 +37,7 @@ use serde_json::Value;
 use super::{
     Inbound, MAX_CALL_ID_CHARS, MAX_EVENT_NAME_BYTES, MAX_METADATA_ENTRIES, MAX_METADATA_KEY_BYTES,
     MAX_METADATA_VALUE_BYTES, MAX_TEXT_BYTES, WireError, WireFormat, check_frame, clear, end,
-    error, mark, parse_text, started, transfer,
+    error, mark, parse_text, started, started_resumable, superseded, transfer,
 };
 
 const KNOWN_EVENTS: [&str; 4] = ["start", "dtmf", "played", "stop"];
@@ -257,6 +260,14 @@ pub fn check_builders(a: &str, b: &str) {
         object(started(a)),
         expect(&[("event", "started"), ("session_id", a)])
     );
+    assert_eq!(
+        object(started_resumable(a, b)),
+        expect(&[("event", "started"), ("session_id", a), ("resume_token", b)])
+    );
+    assert_eq!(
+        object(superseded(b)),
+        expect(&[("event", "superseded"), ("reason", b)])
+    );
     assert_eq!(object(mark(a)), expect(&[("event", "mark"), ("name", a)]));
     assert_eq!(object(clear()), expect(&[("event", "clear")]));
     assert_eq!(
@@ -392,6 +403,13 @@ mod smoke {
             let heard = |text: String| client::parse(&text).expect("the load tool reads it");
             assert_eq!(
                 heard(started(&a)),
+                client::ServerMessage::Started {
+                    session_id: a.clone()
+                }
+            );
+            // The resume token is an optional field older clients ignore.
+            assert_eq!(
+                heard(started_resumable(&a, &b)),
                 client::ServerMessage::Started {
                     session_id: a.clone()
                 }

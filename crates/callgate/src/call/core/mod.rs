@@ -472,6 +472,14 @@ impl CallCore {
                 let detail = format!("no RTP or RTCP for {} ms", after.as_millis());
                 self.finish(End::new(EndReason::RtpTimeout, now).with_detail(detail));
             }
+            LegEvent::Detached => {
+                self.watchdog.media_suspended();
+                self.event("carrier_detached", serde_json::json!({}), now);
+            }
+            LegEvent::Attached => {
+                self.watchdog.media_resumed(now);
+                self.event("carrier_attached", serde_json::json!({}), now);
+            }
             LegEvent::Gone(why) => {
                 info!(why = %why, "carrier leg ended without a hang-up");
                 self.peer_left(End::new(EndReason::CarrierGone, now).with_detail(why));

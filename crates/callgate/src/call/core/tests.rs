@@ -652,3 +652,23 @@ fn speech_answered_by_a_final_is_not_nudged() {
     let quiet = s.pass(Duration::from_millis(1_500));
     assert!(!quiet.contains(&Command::SttFinalize), "{quiet:?}");
 }
+
+#[test]
+fn a_detached_carrier_is_held_not_stalled_and_attached_again_owes_media() {
+    let mut s = after_greeting();
+    s.step(Input::Leg(LegEvent::Detached));
+    // Longer than the 5 s media stall with no frame: the call holds.
+    s.now += Duration::from_secs(12);
+    s.step(Input::Tick);
+    assert!(s.core.ended().is_none(), "held while detached");
+    s.step(Input::Leg(LegEvent::Attached));
+    s.pass(Duration::from_secs(2));
+    assert!(
+        s.core.ended().is_none(),
+        "frames flow on the new connection"
+    );
+    // The new connection must stream: its silence is a stall as before.
+    s.now += Duration::from_secs(6);
+    s.step(Input::Tick);
+    assert_eq!(s.end().reason, EndReason::MediaStalled);
+}
