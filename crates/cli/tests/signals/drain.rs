@@ -79,20 +79,10 @@ async fn a_short_deadline_says_goodbye_to_the_rest_and_leaves_nothing_open() {
     let mut r = Rig::start(DrainPolicy::Finish, 3).await;
     let ran = r.run(60_000).await;
     ran.assert_refused_and_ready_failed();
-    let mut cut = 0;
-    for call in ran.ws_calls() {
-        match &call.outcome {
-            Outcome::CutShort { reason } if reason == "drain_deadline" => {
-                cut += 1;
-                assert!(
-                    call.prompts_heard.goodbye >= 1,
-                    "a call ended by the deadline heard the goodbye: {call:#?}"
-                );
-            }
-            Outcome::Completed | Outcome::EndedByBot { .. } => {}
-            other => panic!("unexpected outcome {other:?}: {call:#?}"),
-        }
-    }
+    let cut = ran.ended_by_drain(
+        |o| matches!(o, Outcome::CutShort { reason } if reason == "drain_deadline"),
+        |c| c.prompts_heard.goodbye >= 1,
+    );
     assert!(
         cut >= 15,
         "most WebSocket calls outlived a 3 s deadline: {cut}"
@@ -114,20 +104,10 @@ async fn transfer_hands_each_call_over_at_its_turn_boundary() {
     let mut r = Rig::start(DrainPolicy::Transfer, 60).await;
     let ran = r.run(60_000).await;
     ran.assert_refused_and_ready_failed();
-    let mut moved = 0;
-    for call in ran.ws_calls() {
-        match &call.outcome {
-            Outcome::Transferred { reason } if reason == "drain" => {
-                moved += 1;
-                assert!(
-                    call.prompts_heard.transfer >= 1,
-                    "the hand-over prompt was heard: {call:#?}"
-                );
-            }
-            Outcome::Completed | Outcome::EndedByBot { .. } => {}
-            other => panic!("unexpected outcome {other:?}: {call:#?}"),
-        }
-    }
+    let moved = ran.ended_by_drain(
+        |o| matches!(o, Outcome::Transferred { reason } if reason == "drain"),
+        |c| c.prompts_heard.transfer >= 1,
+    );
     assert!(
         moved >= 15,
         "most WebSocket calls were handed over: {moved}"
@@ -497,6 +477,32 @@ impl Rig {
 impl Ran {
     fn ws_calls(&self) -> impl Iterator<Item = &CallRecord> {
         self.twilio.calls.iter().chain(&self.partner.calls)
+    }
+
+    /// Every WebSocket call ended by itself or by the drain (`by_drain`),
+    /// and each the drain ended `heard` its prompt. Returns how many the
+    /// drain ended.
+    fn ended_by_drain(
+        &self,
+        by_drain: impl Fn(&Outcome) -> bool,
+        heard: impl Fn(&CallRecord) -> bool,
+    ) -> usize {
+        let mut n = 0;
+        for call in self.ws_calls() {
+            if by_drain(&call.outcome) {
+                n += 1;
+                assert!(heard(call), "the drain's prompt was heard: {call:#?}");
+            } else {
+                assert!(
+                    matches!(
+                        call.outcome,
+                        Outcome::Completed | Outcome::EndedByBot { .. }
+                    ),
+                    "ended by itself or by the drain: {call:#?}"
+                );
+            }
+        }
+        n
     }
 
     fn assert_refused_and_ready_failed(&self) {
