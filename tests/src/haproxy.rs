@@ -34,7 +34,7 @@
 //! ```
 
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -43,7 +43,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 pub use crate::process::HarnessError;
-use crate::process::{Group, Result, Scratch, io_err};
+use crate::process::{Group, Result, Scratch, claim_port, io_err};
 
 /// The production configuration, run as it is.
 const CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/haproxy/haproxy.cfg");
@@ -320,10 +320,11 @@ fn millis(d: Duration) -> String {
     format!("{}ms", d.as_millis().max(1))
 }
 
-/// A loopback TCP address nobody listens on (bound, read, released).
+/// A loopback TCP address no other test process is handed
+/// ([`callgate_rig::ports`]).
 fn free_tcp_addr() -> Result<SocketAddr> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(io_err("finding a free TCP port"))?;
-    l.local_addr().map_err(io_err("reading a local address"))
+    let port = claim_port("HAProxy")?;
+    Ok(SocketAddr::from(([127, 0, 0, 1], port)))
 }
 
 /// Debian installs haproxy in /usr/sbin, which a non-root PATH often lacks.

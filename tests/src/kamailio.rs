@@ -41,14 +41,13 @@
 
 use std::collections::HashSet;
 use std::fs::{self, File};
-use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 pub use crate::process::HarnessError;
-use crate::process::{Group, Result, STOP_GRACE, Scratch, io_err, run_bounded};
+use crate::process::{Group, Result, STOP_GRACE, Scratch, claim_port, io_err, run_bounded};
 
 /// The production configuration, run as it is.
 const CONFIG: &str = concat!(
@@ -752,46 +751,35 @@ fn sipp_socket_args(addr: SocketAddr) -> Result<Vec<String>> {
 // ---------------------------------------------------------------------------
 // Ports, processes, scratch directories
 
-/// `N` distinct loopback UDP addresses free right now: all are bound at
-/// once so none is handed out twice, then released for the processes to
-/// bind a moment later (racy only against other processes doing the same).
+/// `N` distinct loopback UDP addresses no other test process is handed
+/// ([`callgate_rig::ports`]), each the base of a claimed block of ports.
 ///
 /// # Errors
-/// No port could be bound.
+/// No port could be claimed.
 pub fn free_udp_addrs<const N: usize>() -> Result<[SocketAddr; N]> {
     free_udp_addrs_on(IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
 
+/// As [`free_udp_addrs`] on `ip`: a claimed port that does not bind on
+/// `ip` right now (another loopback address) is passed over.
 fn free_udp_addrs_on<const N: usize>(ip: IpAddr) -> Result<[SocketAddr; N]> {
-    let sockets = (0..N)
-        .map(|_| UdpSocket::bind((ip, 0)))
-        .collect::<io::Result<Vec<_>>>()
-        .map_err(io_err("finding free UDP ports"))?;
-    let addrs = sockets
-        .iter()
-        .map(UdpSocket::local_addr)
-        .collect::<io::Result<Vec<_>>>()
-        .map_err(io_err("reading a local address"))?;
+    let mut addrs = Vec::with_capacity(N);
+    while addrs.len() < N {
+        let port = claim_port("Kamailio or sipp")?;
+        if UdpSocket::bind((ip, port)).is_ok() {
+            addrs.push(SocketAddr::new(ip, port));
+        }
+    }
     Ok(addrs
         .try_into()
         .unwrap_or_else(|v: Vec<_>| unreachable!("{} addresses for {N}", v.len())))
 }
 
-/// A port `p` with `p` and `p + 2` free on `ip`, for sipp's media sockets.
+/// A port `p` with `p + 1`..`p + 3` claimed too, for sipp's media sockets
+/// (sipp binds the media port and the one two above).
 fn free_media_port(ip: IpAddr) -> Result<u16> {
-    for _ in 0..20 {
-        let [first] = free_udp_addrs_on::<1>(ip)?;
-        let Some(second) = first.port().checked_add(2) else {
-            continue;
-        };
-        if UdpSocket::bind((ip, second)).is_ok() {
-            return Ok(first.port());
-        }
-    }
-    Err(HarnessError::Io {
-        what: format!("finding two free UDP ports two apart on {ip}"),
-        source: io::ErrorKind::AddrInUse.into(),
-    })
+    let [addr] = free_udp_addrs_on::<1>(ip)?;
+    Ok(addr.port())
 }
 
 fn sip_uri(addr: SocketAddr) -> String {

@@ -83,6 +83,15 @@ pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> Harne
     move |source| HarnessError::Io { what, source }
 }
 
+/// A loopback port no other test process is handed
+/// ([`callgate_rig::ports::claim`]), for `what`.
+pub(crate) fn claim_port(what: &str) -> Result<u16> {
+    callgate_rig::ports::claim().map_err(|e| HarnessError::Io {
+        what: format!("claiming a loopback port for {what}"),
+        source: io::Error::new(io::ErrorKind::AddrInUse, format!("{e:#}")),
+    })
+}
+
 /// A child process leading its own process group, with its output in a log
 /// file. Dropping it stops the whole group: TERM, then KILL after
 /// [`STOP_GRACE`].

@@ -965,33 +965,16 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// A port the kernel just called free (another process may take it before
-/// sipp binds it; the window is a few milliseconds).
-fn free_port(transport: Transport) -> u16 {
-    let addr = (LOOPBACK, 0);
-    match transport {
-        Transport::Udp => UdpSocket::bind(addr).and_then(|s| s.local_addr()),
-        Transport::Tcp => TcpListener::bind(addr).and_then(|s| s.local_addr()),
-    }
-    .expect("find a free port")
-    .port()
+/// A loopback port no other test process is handed ([`callgate_rig::ports`]);
+/// the transport does not matter, every claimed port binds for both.
+fn free_port(_transport: Transport) -> u16 {
+    callgate_rig::ports::claim().expect("claim a loopback port")
 }
 
-/// An even UDP port `p` with `p + 2` free as well (sipp binds both).
+/// An even UDP port `p` with `p + 1`..`p + 3` claimed too (sipp binds the
+/// media port and the one two above).
 fn free_media_pair() -> u16 {
-    for _ in 0..100 {
-        let Ok(first) = UdpSocket::bind((LOOPBACK, 0)) else {
-            continue;
-        };
-        let p = first.local_addr().expect("local address").port();
-        if p % 2 != 0 || p > 65531 {
-            continue;
-        }
-        if UdpSocket::bind((LOOPBACK, p + 2)).is_ok() {
-            return p;
-        }
-    }
-    panic!("no free even UDP port pair on 127.0.0.1");
+    callgate_rig::ports::claim().expect("claim a block of loopback ports")
 }
 
 #[cfg(test)]

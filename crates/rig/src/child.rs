@@ -180,19 +180,10 @@ fn log_tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
 }
 
-/// `n` distinct loopback ports free right now: all are bound at once so the
-/// OS cannot hand out one twice, then released for the children to bind a
-/// moment later (racy only against other processes doing the same).
+/// `n` distinct loopback ports claimed for this process ([`crate::ports`]).
 ///
 /// # Errors
-/// No port could be bound.
+/// No port could be claimed.
 pub(crate) fn free_ports(n: usize) -> anyhow::Result<Vec<u16>> {
-    let listeners = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()
-        .context("finding free ports")?;
-    listeners
-        .iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect()
+    crate::ports::claim_n(n)
 }

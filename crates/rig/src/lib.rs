@@ -16,6 +16,8 @@
 //!   `callgate` binary (`callgate sim`, `callgate serve --config`), each with
 //!   its own log, CPU time and memory (`callgate bench`, the SIGHUP/SIGTERM
 //!   test), and [`ChildProcess`], one such child.
+//! - [`ports`]: loopback ports for child processes that no other test
+//!   process is handed at the same time.
 //!
 //! What it never does: mock anything — the Postgres is a real cluster, every
 //! peer listens on a real socket, the server is the real one reading an
@@ -45,6 +47,7 @@ mod child;
 mod database;
 mod in_process;
 mod processes;
+pub mod ports;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -160,16 +160,9 @@ impl SipListener {
     }
 }
 
-/// A loopback port that both a UDP socket and a TCP listener could bind.
+/// A loopback port for both UDP and TCP ([`callgate_rig::ports`]).
 fn free_udp_and_tcp_port() -> anyhow::Result<u16> {
-    for _ in 0..100 {
-        let udp = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
-        let port = udp.local_addr()?.port();
-        if std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok() {
-            return Ok(port);
-        }
-    }
-    bail!("no loopback port free for both UDP and TCP")
+    callgate_rig::ports::claim()
 }
 
 /// CPU ticks of the three processes at one instant.

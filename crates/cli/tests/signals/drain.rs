@@ -7,7 +7,7 @@
 //! closed, and `callgate audit` finds nothing.
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -540,14 +540,8 @@ impl Ran {
     }
 }
 
-/// A loopback port free for both UDP and TCP right now (the SIP listener
-/// binds both).
+/// A loopback port for both UDP and TCP (the SIP listener binds both)
+/// that no other test process is handed.
 fn free_udp_and_tcp_port() -> u16 {
-    loop {
-        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = udp.local_addr().unwrap().port();
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
+    callgate_rig::ports::claim().unwrap()
 }

@@ -16,7 +16,7 @@
 //! only child reaped in that span.
 
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -290,26 +290,16 @@ fn read_lossy(path: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// A loopback port no test or other bench process is handed
+/// ([`callgate_rig::ports`]).
 fn free_udp_port() -> anyhow::Result<u16> {
-    let s = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).context("finding a free UDP port")?;
-    Ok(s.local_addr()?.port())
+    callgate_rig::ports::claim()
 }
 
-/// An even UDP port `p` with `p + 2` free as well (sipp binds both).
+/// An even UDP port `p` with `p + 1`..`p + 3` claimed too (sipp binds the
+/// media port and the one two above).
 fn free_media_pair() -> anyhow::Result<u16> {
-    for _ in 0..100 {
-        let Ok(first) = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)) else {
-            continue;
-        };
-        let p = first.local_addr()?.port();
-        if p.is_multiple_of(2)
-            && p <= 65_531
-            && UdpSocket::bind((Ipv4Addr::LOCALHOST, p + 2)).is_ok()
-        {
-            return Ok(p);
-        }
-    }
-    bail!("no free even UDP port pair on 127.0.0.1")
+    callgate_rig::ports::claim()
 }
 
 #[cfg(test)]
