@@ -46,8 +46,8 @@
 mod child;
 mod database;
 mod in_process;
-mod processes;
 pub mod ports;
+mod processes;
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -462,6 +462,7 @@ impl Rig {
             let reason: Option<String> = row.get(0);
             *rows.entry(reason.unwrap_or_default()).or_insert(0) += 1;
         }
+        eprintln!("ledger end reasons after the drain: {rows:?}");
         rows
     }
 
