@@ -10,9 +10,13 @@
 //! `[ownership].heartbeat_interval_ms` and, after each beat that landed,
 //! closes the open rows of instances whose latest beat is older than
 //! `[ownership].lease_ms` (`owner_lost`), each with its cleanup receipt and
-//! a bumped owner epoch. The decisions — reclaim only after this boot's own
-//! beat landed, when this instance's own lease has lapsed, when another
-//! process took the name — are the sans-IO [`Liveness`], driven with `now`.
+//! a bumped owner epoch. It also asks when the next other owner's lease
+//! runs out and reclaims again at that moment, so a dead owner's calls are
+//! closed as its lease ends rather than up to a beat later. The decisions —
+//! reclaim only after this boot's own beat landed, when this instance's own
+//! lease has lapsed, when another process took the name, whether a reclaim
+//! between beats is still allowed — are the sans-IO [`Liveness`], driven
+//! with `now`.
 //!
 //! What it never does: touch the call path (calls never wait on it, and it
 //! never waits on a call), wait on Postgres without a bound (each statement
@@ -29,11 +33,15 @@ use std::time::{Duration, Instant};
 use state_store::{Beat, BootId, ReclaimReason, Reclaimed, Store};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::app::App;
 use crate::config::OwnershipConfig;
 use crate::metrics as m;
+
+/// Waited past a lease's end (by the database's clock, read over a round
+/// trip) before reclaiming, so the statement finds the lease over.
+const LAPSE_MARGIN: Duration = Duration::from_millis(20);
 
 /// Bound on the start-up claim: it may close every row a crashed process
 /// left (one statement), so it gets longer than a beat; the server does
@@ -97,6 +105,8 @@ pub struct Liveness {
     lease: Duration,
     last_landed: Instant,
     steady_since: Instant,
+    /// The latest beat landed for this boot.
+    healthy: bool,
     lapsed: bool,
     superseded: bool,
 }
@@ -110,6 +120,7 @@ impl Liveness {
             lease: cfg.lease(),
             last_landed: claimed_at,
             steady_since: claimed_at,
+            healthy: true,
             lapsed: false,
             superseded: false,
         }
@@ -123,6 +134,7 @@ impl Liveness {
 
     /// Takes one beat's result at `now`.
     pub fn on_beat(&mut self, now: Instant, result: BeatResult) -> Verdict {
+        self.healthy = result == BeatResult::Recorded;
         let (reclaim, change) = match result {
             BeatResult::Recorded => self.landed(now),
             BeatResult::Superseded(by) => {
@@ -150,6 +162,21 @@ impl Liveness {
         let change = (was_lapsed || gap > self.lease).then_some(Change::Restored { after: gap });
         let steady = now.saturating_duration_since(self.steady_since) >= self.lease;
         (steady, change)
+    }
+
+    /// Whether a reclaim between beats (when another owner's lease ends)
+    /// may run at `now`: the latest beat landed, beats had been steady for
+    /// a lease by then, and the next beat is not overdue (no gap over two
+    /// intervals, the rule a landed beat applies).
+    #[must_use]
+    pub fn may_reclaim(&self, now: Instant) -> bool {
+        self.healthy
+            && !self.superseded
+            && self
+                .last_landed
+                .saturating_duration_since(self.steady_since)
+                >= self.lease
+            && now.saturating_duration_since(self.last_landed) <= 2 * self.interval
     }
 
     /// Age of the last landed beat at `now`.
@@ -191,14 +218,26 @@ pub async fn run(app: Arc<App>, boot: BootId, stop: CancellationToken) {
     let mut live = Liveness::new(&cfg, Instant::now());
     let mut every = cfg.heartbeat_interval_ms;
     let mut ticker = new_ticker(cfg.interval());
+    // When another owner's lease ends, if before the next beat.
+    let mut lapse: Option<tokio::time::Instant> = None;
     loop {
-        tokio::select! {
+        let at_lapse = async {
+            match lapse {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let cfg = tokio::select! {
             () = stop.cancelled() => return,
-            _ = ticker.tick() => {}
-        }
-        let cfg = app.cfg().ownership.clone();
+            () = at_lapse => {
+                let cfg = app.cfg().ownership.clone();
+                lapse = at_lapse_end(&app, boot, &cfg, &live).await;
+                continue;
+            }
+            _ = ticker.tick() => app.cfg().ownership.clone(),
+        };
         live.set_config(&cfg);
-        tick(&app, boot, &cfg, &mut live).await;
+        lapse = tick(&app, boot, &cfg, &mut live).await;
         if cfg.heartbeat_interval_ms != every {
             every = cfg.heartbeat_interval_ms;
             ticker = new_ticker(cfg.interval());
@@ -213,8 +252,14 @@ fn new_ticker(every: Duration) -> tokio::time::Interval {
     t
 }
 
-/// One beat, and the reclaim it allows.
-async fn tick(app: &App, boot: BootId, cfg: &OwnershipConfig, live: &mut Liveness) {
+/// One beat, and the reclaim it allows; returns when the next other
+/// owner's lease ends, if a reclaim is allowed then.
+async fn tick(
+    app: &App,
+    boot: BootId,
+    cfg: &OwnershipConfig,
+    live: &mut Liveness,
+) -> Option<tokio::time::Instant> {
     let store = &app.store;
     let result = beat(store, boot, cfg.query_timeout()).await;
     let now = Instant::now();
@@ -224,8 +269,41 @@ async fn tick(app: &App, boot: BootId, cfg: &OwnershipConfig, live: &mut Livenes
         log_change(c, cfg);
         end_calls_owned_elsewhere(app, c, cfg).await;
     }
-    if verdict.reclaim {
-        reclaim_lost(store, boot, cfg).await;
+    if !verdict.reclaim {
+        return None;
+    }
+    reclaim_lost(store, boot, cfg).await;
+    next_lapse(store, cfg).await
+}
+
+/// Another owner's lease has just ended: reclaim its rows now rather than
+/// at the next beat, if this instance is still fit to judge; then wait for
+/// the next one.
+async fn at_lapse_end(
+    app: &App,
+    boot: BootId,
+    cfg: &OwnershipConfig,
+    live: &Liveness,
+) -> Option<tokio::time::Instant> {
+    if !live.may_reclaim(Instant::now()) {
+        return None;
+    }
+    reclaim_lost(&app.store, boot, cfg).await;
+    next_lapse(&app.store, cfg).await
+}
+
+/// When the earliest lease of another owner of open rows ends (plus
+/// [`LAPSE_MARGIN`]); `None` when none runs or the question failed (the
+/// next beat's reclaim covers it).
+async fn next_lapse(store: &Store, cfg: &OwnershipConfig) -> Option<tokio::time::Instant> {
+    let asked = tokio::time::Instant::now();
+    match tokio::time::timeout(cfg.query_timeout(), store.next_lapse(cfg.lease())).await {
+        Ok(Ok(left)) => left.map(|left| asked + left + LAPSE_MARGIN),
+        Ok(Err(e)) => {
+            debug!(error = %e, "could not read the next lease end; the next beat reclaims");
+            None
+        }
+        Err(_) => None,
     }
 }
 
@@ -386,6 +464,27 @@ mod tests {
         assert_eq!(
             l.on_beat(t0 + ms(6_500), BeatResult::Recorded),
             verdict(true, None)
+        );
+    }
+
+    #[test]
+    fn a_reclaim_between_beats_needs_a_steady_landed_and_current_beat() {
+        let t0 = Instant::now();
+        let mut l = Liveness::new(&cfg(), t0);
+        steady(&mut l, t0, 1_000, 4_000);
+        assert!(!l.may_reclaim(t0 + ms(4_500)), "not steady for a lease yet");
+        steady(&mut l, t0, 5_000, 5_000);
+        assert!(l.may_reclaim(t0 + ms(5_500)));
+        assert!(l.may_reclaim(t0 + ms(7_000)));
+        assert!(!l.may_reclaim(t0 + ms(7_001)), "the next beat is overdue");
+        l.on_beat(t0 + ms(6_000), BeatResult::Failed);
+        assert!(!l.may_reclaim(t0 + ms(6_100)), "the latest beat failed");
+        l.on_beat(t0 + ms(7_000), BeatResult::Recorded);
+        assert!(l.may_reclaim(t0 + ms(7_100)));
+        l.on_beat(t0 + ms(8_000), BeatResult::Superseded(BootId::new_random()));
+        assert!(
+            !l.may_reclaim(t0 + ms(8_100)),
+            "another boot holds the name"
         );
     }
 

@@ -12,6 +12,8 @@
 //!   'owner_lost'`). Rows are locked `FOR UPDATE SKIP LOCKED` and re-checked
 //!   under the lock, so two reclaimers racing close each row exactly once,
 //!   and a close by the owner itself that commits first wins.
+//!   [`Store::next_lapse`] says when the next such lease runs out, so a
+//!   reclaimer can act then instead of at its next beat.
 //! - [`Store::begin_boot`]: an instance starting closes the rows its name
 //!   owned before (`end_reason = 'instance_restart'`) and claims the name
 //!   for its new boot, in one transaction, before it admits a call.
@@ -198,6 +200,21 @@ const RECLAIM_LOST: &str = concat!(
     close_returning!()
 );
 
+/// Seconds until the earliest lease among other instances that still own
+/// open rows runs out (`$1` self instance, `$2` lease ms); NULL when no
+/// such instance's lease is running. Owners already past their lease are
+/// left to the next reclaim; heartbeats are a handful of rows and the
+/// open rows are found through `call_ledger_open_by_owner_idx`.
+const NEXT_LAPSE: &str = concat!(
+    "SELECT EXTRACT(EPOCH FROM ",
+    "  (min(h.beat_at) + $2::bigint * interval '1 millisecond' - now()))::float8 ",
+    "FROM instance_heartbeats h ",
+    "WHERE h.instance <> $1::text ",
+    "  AND h.beat_at >= now() - $2::bigint * interval '1 millisecond' ",
+    "  AND EXISTS (SELECT 1 FROM call_ledger l ",
+    "    WHERE l.owner_instance = h.instance AND l.cleanup_status = 'pending')"
+);
+
 /// The previous beat, locked so that two processes starting under one name
 /// take turns (`$1` instance).
 const PREVIOUS_BEAT: &str = "SELECT boot, beat_at, \
@@ -310,6 +327,25 @@ impl Store {
             )
             .await?;
         reclaimed(&rows, ReclaimReason::OwnerLost)
+    }
+
+    /// How long until the lease of another instance that still owns open
+    /// rows runs out (the earliest such), by the database's clock; `None`
+    /// when no other owner of open rows is within its lease. A reclaim
+    /// ([`Store::reclaim_lost`]) run that long from now finds that owner's
+    /// rows, unless it beat meanwhile. One statement.
+    ///
+    /// # Errors
+    /// Provider errors.
+    pub async fn next_lapse(&self, lease: Duration) -> Result<Option<Duration>, StoreError> {
+        let op = "next_lapse";
+        let mut conn = self.pool().checkout().await?;
+        let row = conn
+            .query_one(op, NEXT_LAPSE, &[&self.config().instance, &millis(lease)])
+            .await?;
+        let secs: Option<f64> = col(&row, 0, op)?;
+        // Never negative: owners past their lease are not selected.
+        Ok(secs.map(|s| Duration::try_from_secs_f64(s).unwrap_or(Duration::ZERO)))
     }
 
     /// Which of `calls` (running in this process) have a ledger row whose

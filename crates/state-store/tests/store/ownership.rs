@@ -253,6 +253,38 @@ async fn a_reclaimer_whose_own_beat_is_stale_takes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_lapse_is_the_earliest_lease_of_another_owner_of_open_rows() {
+    let env = common::env().await;
+    env.store.begin_boot(BootId::new_random()).await.unwrap();
+    let (r, r_boot) = instance(&env, "test-r").await;
+    let (idle, _) = instance(&env, "test-idle").await;
+    // test-a has no open row yet, test-idle never will, test-r is the asker.
+    silence(&env, "test-idle", 4).await;
+    assert_eq!(r.next_lapse(LEASE).await.unwrap(), None);
+    let _ = common::open(&env.store).await;
+    let _ = common::open(&r).await;
+    silence(&env, "test-a", 3).await;
+    let left = r
+        .next_lapse(LEASE)
+        .await
+        .unwrap()
+        .expect("test-a's lease runs");
+    assert!(
+        left <= Duration::from_secs(2) && left > Duration::from_secs(1),
+        "{left:?} left of a 5 s lease beaten 3 s ago"
+    );
+    // Past its lease it is the next reclaim's, not a lapse to wait for.
+    silence(&env, "test-a", 10).await;
+    assert_eq!(r.next_lapse(LEASE).await.unwrap(), None);
+    // The asker's own rows never count: test-a sees test-r's lease.
+    assert_eq!(r.heartbeat(r_boot).await.unwrap(), Beat::Recorded);
+    let from_a = env.store.next_lapse(LEASE).await.unwrap();
+    let left = from_a.expect("test-r's lease runs");
+    assert!(left <= LEASE && left > Duration::from_secs(3), "{left:?}");
+    drop(idle);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_boot_closes_the_rows_its_name_owned_before() {
     let env = common::env().await;
     // Rows from before heartbeats existed: the name never beat.
