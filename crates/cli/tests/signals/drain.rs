@@ -96,6 +96,7 @@ async fn a_short_deadline_says_goodbye_to_the_rest_and_leaves_nothing_open() {
     let rows = r.exit_clean_and_audit().await;
     assert_eq!(rows.get("drain_deadline"), Some(&(cut + 10)), "{rows:?}");
     assert_eq!(rows.values().sum::<usize>(), 3 * PER_INGRESS, "{rows:?}");
+    r.assert_final_prompt_played("drain_deadline").await;
     r.stop().await;
 }
 
@@ -145,6 +146,7 @@ async fn transfer_hands_each_call_over_at_its_turn_boundary() {
         .get(0);
     assert_eq!(cut, 0, "a hand-over never cuts a reply");
     drop(db);
+    r.assert_final_prompt_played("drain_transfer").await;
     r.stop().await;
 }
 
@@ -180,6 +182,7 @@ async fn a_second_signal_shortens_the_drain_to_the_grace_and_still_cleans_up() {
     );
     let rows = r.exit_clean_and_audit().await;
     assert_eq!(rows, BTreeMap::from([("drain_deadline".to_string(), 1)]));
+    r.assert_final_prompt_played("drain_deadline").await;
     r.stop().await;
 }
 
@@ -464,6 +467,30 @@ impl Rig {
         }
         eprintln!("ledger end reasons after the drain: {rows:?}");
         rows
+    }
+
+    /// Every call that ended `reason` — SIP ones too, whose callers the
+    /// load tool does not hear — had its final prompt reported played to
+    /// its end by the leg before it ended.
+    async fn assert_final_prompt_played(&self, reason: &str) {
+        let unheard: Vec<String> = self
+            .db()
+            .await
+            .query(
+                "SELECT l.ingress FROM call_ledger l WHERE l.end_reason = $1 AND NOT EXISTS \
+                 (SELECT 1 FROM call_events e WHERE e.call_id = l.call_id \
+                  AND e.kind = 'final_prompt_played')",
+                &[&reason],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        assert!(
+            unheard.is_empty(),
+            "{reason} calls whose final prompt was not heard to its end: {unheard:?}"
+        );
     }
 
     /// Stops the simulators and Postgres (the server has exited) and

@@ -572,6 +572,12 @@ impl CallCore {
         {
             let mut end = e.end.clone();
             end.at = now;
+            // The leg says the caller heard the final prompt to its end.
+            self.event(
+                "final_prompt_played",
+                serde_json::json!({ "mark": name }),
+                now,
+            );
             self.finish(end);
             return;
         }
@@ -599,6 +605,12 @@ impl CallCore {
                 warn!(mark = %e.mark, "final marker not reported played in time; ending anyway");
                 let mut end = e.end.clone();
                 end.at = now;
+                let mark = e.mark.clone();
+                self.event(
+                    "final_prompt_unconfirmed",
+                    serde_json::json!({ "mark": mark }),
+                    now,
+                );
                 self.finish(end);
                 return;
             }
