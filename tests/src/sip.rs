@@ -23,14 +23,11 @@ pub async fn start(sim: SimConfig, tweak: impl FnOnce(&mut Config)) -> Harness {
     .await
 }
 
-/// A base for 200 ports between 40000 and 60000, different for each test
-/// process (a port some other process holds is skipped by the pool).
+/// The first of [`callgate_rig::ports::SPAN`] ports no other test process
+/// is handed ([`callgate_rig::ports::claim_span`]), below the kernel's
+/// ephemeral range: a test may widen its range up to that span.
 fn rtp_base() -> u16 {
-    let seed = std::process::id() as u64
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos() as u64);
-    40_000 + ((seed % 100) as u16) * 200
+    callgate_rig::ports::claim_span().expect("claim an RTP port span")
 }
 
 /// The SIP listener's address.

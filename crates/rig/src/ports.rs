@@ -15,6 +15,11 @@
 //! drops it even when the process is killed, so a crash leaks nothing), and
 //! checked bindable for UDP and TCP before it is handed out.
 //!
+//! Servers under test that lease RTP ports themselves get a whole span of
+//! [`SPAN`] ports instead ([`claim_span`]), from [`SPAN_RANGE`], claimed the
+//! same way: two concurrent SIP tests never share RTP ports, and none of
+//! them is in the ephemeral range where any connection could hold one.
+//!
 //! Limits: a process holds every block it was given until it exits
 //! ([`RANGE`] has 2,000 blocks; a test takes a few), and only processes
 //! using this module honour the locks — anything else binding fixed ports
@@ -35,6 +40,11 @@ pub const RANGE: RangeInclusive<u16> = 12_000..=19_999;
 /// media port `p` with `p + 1`..`p + 3` (RTP, RTCP, video) fits one block.
 pub const BLOCK: u16 = 4;
 
+/// The ports [`claim_span`] hands out, in spans of [`SPAN`].
+pub const SPAN_RANGE: RangeInclusive<u16> = 2_000..=11_999;
+/// Ports in one span: room for 250 RTP/RTCP pairs.
+pub const SPAN: u16 = 500;
+
 /// The lock files of every block this process claimed, held until exit.
 static HELD: Mutex<Vec<File>> = Mutex::new(Vec::new());
 /// Where this process next looks, as a block index.
@@ -51,7 +61,7 @@ pub fn claim() -> anyhow::Result<u16> {
     for i in 0..blocks {
         let block = (start + i) % blocks;
         let base = RANGE.start() + u16::try_from(block).unwrap_or(0) * BLOCK;
-        if let Some(lock) = lock_block(base)
+        if let Some(lock) = lock_file(&format!("{base}.lock"))
             && bindable(base)
         {
             NEXT.store(block + 1, Ordering::Relaxed);
@@ -60,6 +70,26 @@ pub fn claim() -> anyhow::Result<u16> {
         }
     }
     bail!("no free block of {BLOCK} loopback ports left in {RANGE:?}")
+}
+
+/// The first port of a span of [`SPAN`] loopback ports claimed for this
+/// process, for a server that binds ports of a range itself (callgate's
+/// `sip.rtp_port_min..rtp_port_max`). Its ports are not checked: such a
+/// server skips a port it cannot bind.
+///
+/// # Errors
+/// Every span in [`SPAN_RANGE`] is claimed.
+pub fn claim_span() -> anyhow::Result<u16> {
+    let spans = (SPAN_RANGE.end() - SPAN_RANGE.start() + 1) / SPAN;
+    let start = u16::try_from(std::process::id() % u32::from(spans)).unwrap_or(0);
+    for i in 0..spans {
+        let base = SPAN_RANGE.start() + ((start + i) % spans) * SPAN;
+        if let Some(lock) = lock_file(&format!("span-{base}.lock")) {
+            HELD.lock().unwrap_or_else(|p| p.into_inner()).push(lock);
+            return Ok(base);
+        }
+    }
+    bail!("every span of {SPAN} ports in {SPAN_RANGE:?} is claimed")
 }
 
 /// `n` distinct claimed ports (each the base of its own block).
@@ -80,14 +110,16 @@ fn first_block(blocks: u32) -> u32 {
     std::process::id().wrapping_mul(2_654_435_761) % blocks
 }
 
-fn lock_block(base: u16) -> Option<File> {
+/// `name` under the lock directory, locked exclusively; `None` when
+/// another open file description (another process) holds it.
+fn lock_file(name: &str) -> Option<File> {
     let dir = lock_dir();
     std::fs::create_dir_all(&dir).ok()?;
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(dir.join(format!("{base}.lock")))
+        .open(dir.join(name))
         .ok()?;
     file.try_lock().ok()?;
     Some(file)
@@ -127,8 +159,20 @@ mod tests {
         let first = claim().expect("claim");
         // Another open file description of the same lock file, as another
         // process would have: the lock is refused while this one holds it.
-        let again = lock_block(first);
+        let again = lock_file(&format!("{first}.lock"));
         assert!(again.is_none(), "block {first} handed out twice");
+    }
+
+    #[test]
+    fn spans_are_distinct_whole_and_below_the_blocks() {
+        let (a, b) = (claim_span().expect("span"), claim_span().expect("span"));
+        assert_ne!(a, b);
+        for base in [a, b] {
+            assert!(SPAN_RANGE.contains(&base) && SPAN_RANGE.contains(&(base + SPAN - 1)));
+            assert_eq!((base - SPAN_RANGE.start()) % SPAN, 0);
+            assert!(lock_file(&format!("span-{base}.lock")).is_none());
+        }
+        assert!(SPAN_RANGE.end() < RANGE.start());
     }
 
     #[test]
