@@ -338,13 +338,16 @@ pub async fn second_instance(h: &Harness, tweak: impl FnOnce(&mut Config)) -> (R
     cfg.server.listen = loopback;
     cfg.sip.listen = loopback;
     cfg.agent.listen = loopback;
-    // The first range lies within 40000..60000: 10000 away is disjoint.
-    let (min, max) = (cfg.sip.rtp_port_min, cfg.sip.rtp_port_max);
-    (cfg.sip.rtp_port_min, cfg.sip.rtp_port_max) = if min >= 50_000 {
-        (min - 10_000, max - 10_000)
-    } else {
-        (min + 10_000, max + 10_000)
-    };
+    if cfg.sip.enabled {
+        // A span of its own, as wide as the first instance's range.
+        let width = cfg.sip.rtp_port_max - cfg.sip.rtp_port_min;
+        assert!(
+            width < callgate_rig::ports::SPAN,
+            "an RTP range wider than a span"
+        );
+        let base = callgate_rig::ports::claim_span().expect("claim an RTP port span");
+        (cfg.sip.rtp_port_min, cfg.sip.rtp_port_max) = (base, base + width);
+    }
     tweak(&mut cfg);
     let running = callgate::server::start(cfg, None)
         .await

@@ -26,6 +26,7 @@ async fn spike(policy: SipOverflow) -> (callgate_tests::Harness, SippOutcome) {
         // Room for every call's media: the refused ones are answered to
         // hear the prompt under the refer policy.
         c.sip.rtp_port_max = c.sip.rtp_port_min + 2 * OFFERED as u16 + 19;
+        assert!(2 * OFFERED as u16 + 19 < callgate_rig::ports::SPAN);
     })
     .await;
     let opts = SippOpts {

@@ -259,7 +259,7 @@ impl Rig {
             instance: instance.clone(),
             sim,
         };
-        let rtp = 20_000 + (std::process::id() % 50) as u16 * 200;
+        let rtp = callgate_rig::ports::claim_span().unwrap();
         let rig = Processes::start(database, opts, |c| {
             c.drain.policy = policy;
             c.drain.deadline_s = deadline_s;
