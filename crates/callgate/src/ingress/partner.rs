@@ -154,8 +154,8 @@ fn resume(app: &App, ws: WebSocketUpgrade, token: &str, partner: &PartnerId) -> 
     ws.on_upgrade(move |socket| async move {
         // The leg takes the socket in its own task; a call that ended
         // meanwhile has closed its queue, and the socket is told so.
-        if let Err(e) = claim.attach.try_send(Attach { socket }) {
-            refuse_attach(e.into_inner());
+        if let Err(attach) = claim.attach(Attach { socket }) {
+            refuse_attach(attach);
         }
     })
 }

@@ -117,11 +117,12 @@ async fn a_lost_connection_detaches_and_the_next_one_gets_what_was_held() {
     leg.mark("turn-2");
 
     let claim = reg.claim(&token, &acme(), Instant::now()).unwrap();
+    let session = claim.session;
     let (socket, mut b) = s.pair().await;
-    claim.attach.try_send(Attach { socket }).ok().unwrap();
+    claim.attach(Attach { socket }).ok().unwrap();
     assert_eq!(event(&mut leg).await, LegEvent::Attached);
     let started = text(&mut b).await;
-    assert_eq!(started["session_id"], claim.session.to_string());
+    assert_eq!(started["session_id"], session.to_string());
     assert_ne!(started["resume_token"].as_str(), Some(token.as_str()));
     assert_eq!(text(&mut b).await["name"], "turn-1");
     assert_eq!(next(&mut b).await, C::Binary(vec![7u8; 160].into()));
@@ -174,7 +175,7 @@ async fn an_open_connection_is_superseded_before_the_new_one_is_read() {
     let claim = reg.claim(&token, &acme(), Instant::now()).unwrap();
     let (socket, mut b) = s.pair().await;
     b.send(C::Binary(vec![0xFF; 160].into())).await.unwrap();
-    claim.attach.try_send(Attach { socket }).ok().unwrap();
+    claim.attach(Attach { socket }).ok().unwrap();
     assert_eq!(event(&mut leg).await, LegEvent::Attached);
     assert_eq!(text(&mut a).await["event"], "superseded");
     match next(&mut a).await {

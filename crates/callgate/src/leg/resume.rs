@@ -6,8 +6,12 @@
 //! is 256 random bits, URL-safe base64; the registry keeps only its SHA-256,
 //! so neither a log line nor a heap dump of the registry holds a usable
 //! token. A token is **single-use**: a successful [`ResumeRegistry::claim`]
-//! spends it (the new connection's `started` carries a fresh one), so two
-//! connections racing with one token cannot both attach.
+//! holds it for that one connection (a second presenter meanwhile is told
+//! "used"), and [`Claim::attach`] spends it when the upgraded socket is
+//! handed to the call (its `started` carries a fresh token), so two
+//! connections racing with one token cannot both attach. A claim dropped
+//! without attaching — the HTTP upgrade failed after the check, the client
+//! went away — gives the token back for a retry within the window.
 //!
 //! Ownership: a live entry belongs to the call through its [`TokenGuard`]
 //! (held by the leg); dropping the guard — the call ended, or the token was
@@ -129,12 +133,45 @@ impl Attempts {
     }
 }
 
-/// What a successful claim hands the resuming connection: where to send
-/// its socket.
+/// What a successful claim hands the resuming connection: the call, and
+/// [`Claim::attach`] to send it the socket. Dropped without attaching, it
+/// gives the token back.
+#[must_use = "dropping the claim gives the token back"]
 #[derive(Debug)]
-pub struct Claim<A> {
+pub struct Claim<A: Send + 'static> {
     pub session: CallId,
-    pub attach: mpsc::Sender<A>,
+    attach: mpsc::Sender<A>,
+    registry: Arc<ResumeRegistry<A>>,
+    hash: TokenHash,
+    /// Spent by `attach`; otherwise given back at drop.
+    spent: bool,
+}
+
+impl<A: Send + 'static> Claim<A> {
+    /// Spends the token and hands `socket` to the call; `Err` gives the
+    /// socket back when the call ended meanwhile.
+    ///
+    /// # Errors
+    /// The call is gone (its attach queue closed).
+    pub fn attach(mut self, socket: A) -> Result<(), A> {
+        self.spent = true;
+        self.registry
+            .lock()
+            .spend(self.hash, Refusal::Used, Instant::now());
+        self.attach.try_send(socket).map_err(|e| e.into_inner())
+    }
+}
+
+impl<A: Send + 'static> Drop for Claim<A> {
+    fn drop(&mut self) {
+        if self.spent {
+            return;
+        }
+        let mut inner = self.registry.lock();
+        if let Some(Slot::Live { claimed, .. }) = inner.slots.get_mut(&self.hash) {
+            *claimed = false;
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -145,6 +182,8 @@ enum Slot<A> {
         attach: mpsc::Sender<A>,
         /// Set while the call's connection is detached: the window's end.
         expires: Option<Instant>,
+        /// A connection holds a [`Claim`] on it and is being upgraded.
+        claimed: bool,
         attempts: Arc<Attempts>,
     },
     Spent {
@@ -215,6 +254,7 @@ impl<A: Send + 'static> ResumeRegistry<A> {
             partner,
             attach,
             expires: None,
+            claimed: false,
             attempts,
         };
         inner.slots.insert(hash, slot);
@@ -226,10 +266,12 @@ impl<A: Send + 'static> ResumeRegistry<A> {
         Some((token, guard))
     }
 
-    /// Spends `token` for `partner` at `now`. A token of another partner is
-    /// refused without being spent (a stranger cannot burn it).
+    /// Claims `token` for `partner` at `now`, for one connection: it is
+    /// spent by [`Claim::attach`], given back if the claim is dropped. A
+    /// token of another partner is refused without being touched (a
+    /// stranger cannot burn it); one already claimed reads as used.
     pub fn claim(
-        &self,
+        self: &Arc<Self>,
         token: &str,
         partner: &PartnerId,
         now: Instant,
@@ -240,11 +282,11 @@ impl<A: Send + 'static> ResumeRegistry<A> {
         let hash = TokenHash::of(token);
         let mut inner = self.lock();
         inner.forget_old(now);
-        let (outcome, spend) = match inner.slots.get(&hash) {
-            None => return Err(Refusal::Unknown),
+        match inner.slots.get_mut(&hash) {
+            None => Err(Refusal::Unknown),
             Some(Slot::Spent { why, attempts }) => {
                 attempts.note(true);
-                return Err(*why);
+                Err(*why)
             }
             Some(Slot::Live {
                 partner: owner,
@@ -252,26 +294,41 @@ impl<A: Send + 'static> ResumeRegistry<A> {
                 ..
             }) if owner != partner => {
                 attempts.note(true);
-                return Err(Refusal::WrongPartner);
-            }
-            Some(Slot::Live { expires, .. }) if expires.is_some_and(|e| now >= e) => {
-                (Err(Refusal::Expired), Refusal::Expired)
+                Err(Refusal::WrongPartner)
             }
             Some(Slot::Live {
-                session, attach, ..
+                claimed: true,
+                attempts,
+                ..
             }) => {
-                let claim = Claim {
+                attempts.note(true);
+                Err(Refusal::Used)
+            }
+            Some(Slot::Live {
+                expires, attempts, ..
+            }) if expires.is_some_and(|e| now >= e) => {
+                attempts.note(true);
+                inner.spend(hash, Refusal::Expired, now);
+                Err(Refusal::Expired)
+            }
+            Some(Slot::Live {
+                session,
+                attach,
+                claimed,
+                attempts,
+                ..
+            }) => {
+                attempts.note(false);
+                *claimed = true;
+                Ok(Claim {
                     session: *session,
                     attach: attach.clone(),
-                };
-                (Ok(claim), Refusal::Used)
+                    registry: Arc::clone(self),
+                    hash,
+                    spent: false,
+                })
             }
-        };
-        if let Some(Slot::Live { attempts, .. }) = inner.slots.get(&hash) {
-            attempts.note(outcome.is_err());
         }
-        inner.spend(hash, spend, now);
-        outcome
     }
 
     /// Live tokens right now.
@@ -384,10 +441,48 @@ mod tests {
         let (token, _guard, mut rx) = issue(&reg, "acme");
         let t0 = Instant::now();
         let claim = reg.claim(token.expose(), &acme(), t0).unwrap();
-        claim.attach.try_send(7).unwrap();
+        // While one connection is being upgraded, a second is refused.
+        let racing = reg.claim(token.expose(), &acme(), t0);
+        assert_eq!(racing.unwrap_err(), Refusal::Used);
+        claim.attach(7).unwrap();
         assert_eq!(rx.try_recv().unwrap(), 7, "the claim reaches the call");
         let again = reg.claim(token.expose(), &acme(), t0);
         assert_eq!(again.unwrap_err(), Refusal::Used);
+        assert_eq!(reg.live(), 0);
+    }
+
+    #[test]
+    fn a_claim_dropped_before_its_attach_gives_the_token_back() {
+        let reg = Reg::default();
+        let (token, guard, mut rx) = issue(&reg, "acme");
+        let t0 = Instant::now();
+        guard.detached(t0 + Duration::from_secs(15));
+        // The upgrade failed after the check: the claim is dropped.
+        drop(reg.claim(token.expose(), &acme(), t0).unwrap());
+        assert_eq!(reg.live(), 1, "still live");
+        let retry = reg.claim(token.expose(), &acme(), t0 + Duration::from_secs(1));
+        retry.unwrap().attach(9).unwrap();
+        assert_eq!(rx.try_recv().unwrap(), 9);
+        // Given back is not a longer window: it still ends on time.
+        let (token, guard, _rx) = issue(&reg, "acme");
+        guard.detached(t0 + Duration::from_secs(15));
+        drop(reg.claim(token.expose(), &acme(), t0).unwrap());
+        let late = reg.claim(token.expose(), &acme(), t0 + Duration::from_secs(15));
+        assert_eq!(late.unwrap_err(), Refusal::Expired);
+    }
+
+    #[test]
+    fn a_call_that_ends_while_claimed_refuses_the_attach_and_stays_expired() {
+        let reg = Reg::default();
+        let (token, guard, rx) = issue(&reg, "acme");
+        let t0 = Instant::now();
+        let claim = reg.claim(token.expose(), &acme(), t0).unwrap();
+        drop((guard, rx)); // the call ended during the upgrade
+        assert_eq!(claim.attach(3), Err(3), "the socket comes back");
+        assert_eq!(
+            reg.claim(token.expose(), &acme(), t0).unwrap_err(),
+            Refusal::Expired
+        );
         assert_eq!(reg.live(), 0);
     }
 
@@ -472,8 +567,9 @@ mod tests {
             .unwrap();
         let t0 = Instant::now();
         let _ = reg.claim(token.expose(), &PartnerId::new("globex"), t0);
+        let held = reg.claim(token.expose(), &acme(), t0);
         let _ = reg.claim(token.expose(), &acme(), t0);
-        let _ = reg.claim(token.expose(), &acme(), t0);
+        drop(held);
         assert_eq!(attempts.presented.load(Ordering::Relaxed), 3);
         assert_eq!(attempts.refused.load(Ordering::Relaxed), 2);
     }
