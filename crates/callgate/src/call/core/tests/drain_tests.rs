@@ -168,20 +168,25 @@ fn a_call_whose_record_was_taken_says_goodbye_and_ends_owner_fenced() {
     assert_eq!(s.core.late_ends(), 1);
 }
 
+/// The drain deadline's goodbye went out once, the call ended with
+/// `drain_deadline`, and `told` is the one final-prompt event recorded.
+fn ended_after_the_goodbye(s: &Sim, out: &[Command], told: &str) {
+    assert_eq!(marks(out), ["callgate-end:drain_deadline"]);
+    let events: Vec<_> = events(out)
+        .into_iter()
+        .filter(|k| k.starts_with("final_prompt"))
+        .collect();
+    assert_eq!(events, [told]);
+    assert_eq!(s.end().reason, EndReason::DrainDeadline);
+}
+
 #[test]
 fn whether_the_final_prompt_was_heard_to_its_end_is_recorded() {
-    const GOODBYE: &str = "callgate-end:drain_deadline";
     // Reported played: the simulated leg echoes the marker after the goodbye.
     let mut s = after_greeting();
     s.step(Input::DrainDeadline);
     let out = s.pass(Duration::from_secs(10));
-    assert_eq!(marks(&out), [GOODBYE]);
-    let told: Vec<_> = events(&out)
-        .into_iter()
-        .filter(|k| k.starts_with("final_prompt"))
-        .collect();
-    assert_eq!(told, ["final_prompt_played"]);
-    assert_eq!(s.end().reason, EndReason::DrainDeadline);
+    ended_after_the_goodbye(&s, &out, "final_prompt_played");
 
     // Never reported (a leg that never echoes): the call still ends, after
     // the grace, and says so.
@@ -193,11 +198,5 @@ fn whether_the_final_prompt_was_heard_to_its_end_is_recorded() {
         out.extend(s.step(Input::Tick));
         assert!(out.len() < 100_000, "the call never ended");
     }
-    assert_eq!(marks(&out), [GOODBYE]);
-    let told: Vec<_> = events(&out)
-        .into_iter()
-        .filter(|k| k.starts_with("final_prompt"))
-        .collect();
-    assert_eq!(told, ["final_prompt_unconfirmed"]);
-    assert_eq!(s.end().reason, EndReason::DrainDeadline);
+    ended_after_the_goodbye(&s, &out, "final_prompt_unconfirmed");
 }
