@@ -283,6 +283,33 @@ impl Harness {
         }
     }
 
+    /// Waits (bounded) until no ledger row is still `pending` — every
+    /// call's receipt is written — so an audit sees a settled ledger (its
+    /// disconnect check compares wall clocks, which a stepped host clock
+    /// would otherwise turn against a row that is closing right now).
+    pub async fn assert_ledger_closed(&self) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let open: i64 = self
+                .db
+                .query_one(
+                    "SELECT count(*) FROM call_ledger WHERE cleanup_status = 'pending'",
+                    &[],
+                )
+                .await
+                .expect("count open rows")
+                .get(0);
+            if open == 0 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{open} ledger rows still open after 15 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     fn open_counts(&self) -> [u64; 4] {
         [
             self.sims.stt.stats().open_sessions,

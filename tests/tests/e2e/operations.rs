@@ -230,10 +230,11 @@ async fn an_undrain_before_the_deadline_reopens_admission_and_is_declared() {
             .map(|r| r.get(0))
             .collect();
     assert_eq!(kinds, ["started", "draining", "undrained"]);
+    h.assert_all_closed().await;
+    h.assert_ledger_closed().await;
     let cfg = h.server.app.cfg();
     let found = callgate::audit_http::audit_with_config(&cfg).await.unwrap();
     assert!(found.is_empty(), "{found:#?}");
-    h.assert_all_closed().await;
     h.stop().await;
 }
 
