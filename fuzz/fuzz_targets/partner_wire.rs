@@ -1,12 +1,12 @@
 //! Both ends of the partner WebSocket protocol on arbitrary input:
-//! callgate's codec `callgate::leg::partner_wire` (the partner faces the
+//! callgate's codec `callgate::carrier::partner::wire` (the partner faces the
 //! public internet) and the load tool's independent client,
 //! `callgate_load::partner_wire` (which must not hide a server bug by
 //! misreading what it is sent).
 //!
 //! Invariants — stated and asserted in one shared file per side, which the
 //! stable smoke twins run too:
-//! - `crates/callgate/src/leg/partner_wire_fuzz_tests.rs`: `parse_text`
+//! - `crates/callgate/src/carrier/partner/wire/fuzz_tests.rs`: `parse_text`
 //!   never panics on any UTF-8 text and answers what the specification
 //!   says for it — an `Ok(Start)` has a 1..=128-character `call_id`, an
 //!   accepted content type and at most 32 string metadata entries within
@@ -23,11 +23,11 @@
 
 // The two sides' names do not overlap; each invariants file names what it
 // uses through `super::`.
-use callgate::leg::partner_wire::*;
+use callgate::carrier::partner::wire::*;
 use callgate_load::partner_wire::*;
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../crates/callgate/src/leg/partner_wire_fuzz_tests.rs"]
+#[path = "../../crates/callgate/src/carrier/partner/wire/fuzz_tests.rs"]
 mod server;
 
 #[path = "../../crates/load/src/partner_wire_fuzz_tests.rs"]

@@ -1,5 +1,5 @@
 //! HAProxy agent-check: what this instance tells the balancer about its
-//! committed load (`../shared/PROTOCOLS.md` §4a, HAProxy configuration
+//! committed load (`docs/protocols.md` §4a, HAProxy configuration
 //! manual §5.2 `agent-check`).
 //!
 //! What it is: [`reply`], a pure function from the drain flag and the

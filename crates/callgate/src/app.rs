@@ -37,7 +37,7 @@ pub struct App {
     /// The calls running here, by id, for reconciliation receipts.
     pub live: crate::reconcile::LiveCalls,
     /// Partner resume tokens of the calls running here.
-    pub resumes: Arc<crate::leg::partner::Registry>,
+    pub resumes: Arc<crate::carrier::partner::leg::Registry>,
     /// The reconciler's latest tick, for `/admin/status`.
     pub reconcile: crate::reconcile::task::Latest,
 }

@@ -21,8 +21,8 @@ use axum::routing::{get, post};
 use tracing::{info, warn};
 
 use crate::app::{App, Counters};
+use crate::drain;
 use crate::metrics as m;
-use crate::{drain, ingress};
 
 /// All routes.
 pub fn router(app: Arc<App>) -> Router {
@@ -39,8 +39,14 @@ pub fn router(app: Arc<App>) -> Router {
             admin_guard,
         ));
     Router::new()
-        .route("/v1/media-stream", get(ingress::twilio::media_stream))
-        .route("/v1/partner/stream", get(ingress::partner::partner_stream))
+        .route(
+            "/v1/media-stream",
+            get(crate::carrier::twilio::ingress::media_stream),
+        )
+        .route(
+            "/v1/partner/stream",
+            get(crate::carrier::partner::ingress::partner_stream),
+        )
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))

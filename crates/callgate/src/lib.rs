@@ -30,6 +30,7 @@ pub mod agent;
 pub mod app;
 pub mod audit_http;
 pub mod call;
+pub mod carrier;
 pub mod config;
 pub mod drain;
 pub mod end;
@@ -47,7 +48,6 @@ pub mod retention;
 pub mod server;
 pub mod sessions;
 pub mod text;
-pub mod twilio;
 
 /// Installs the process's TLS crypto provider (ring) unless one is already
 /// installed. Every client that may speak TLS — provider WebSockets over

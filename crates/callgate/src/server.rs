@@ -25,7 +25,7 @@ pub struct Running {
     writers: state_store::WriterTasks,
     refusal_writer: JoinHandle<()>,
     /// The SIP listener, when `sip.enabled`.
-    pub sip: Option<crate::ingress::sip::SipServer>,
+    pub sip: Option<crate::carrier::sip::ingress::SipServer>,
     /// Where the HAProxy agent-check responder listens, when `agent.enabled`.
     pub agent_addr: Option<SocketAddr>,
     agent: Option<crate::agent::responder::Responder>,
@@ -106,7 +106,7 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
         background.clone(),
     ));
     let sip = if app.cfg().sip.enabled {
-        Some(crate::ingress::sip::SipServer::start(Arc::clone(&app)).await?)
+        Some(crate::carrier::sip::ingress::SipServer::start(Arc::clone(&app)).await?)
     } else {
         None
     };

@@ -1,4 +1,4 @@
-//! The `[sip]` section: the SIP/RTP ingress (`ingress::sip`).
+//! The `[sip]` section: the SIP/RTP ingress (`carrier::sip`).
 
 use std::net::{IpAddr, SocketAddr};
 

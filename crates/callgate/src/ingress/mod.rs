@@ -1,16 +1,13 @@
 //! The call path every ingress shares, generic over the [`Leg`].
 //!
-//! An ingress adapter (Twilio media stream, partner WebSocket) authenticates
+//! A carrier's ingress (in `crate::carrier`: Twilio media stream, partner
+//! WebSocket, SIP) authenticates
 //! the upgrade, reads its start message and builds an [`Arrival`]; from then
 //! on [`run`] does the same for every leg: ask the admission gate —
 //! watching the leg the whole time, so a caller who hangs up while queued
 //! frees their place, and playing hold audio — then open the call's
 //! resources and hand over to the call actor. Every refusal and every setup
 //! failure goes to the overflow path; nothing ends in silence.
-
-pub mod partner;
-pub mod sip;
-pub mod twilio;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

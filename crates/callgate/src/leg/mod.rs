@@ -18,13 +18,6 @@
 //! `match` elsewhere; calls are generic, so dispatch is static.
 
 pub mod format;
-pub mod partner;
-pub mod partner_gap;
-pub mod partner_wire;
-pub mod resume;
-pub mod sip;
-pub mod twilio;
-pub mod ws;
 
 use std::future::Future;
 use std::time::Duration;

@@ -20,12 +20,12 @@ use sha2::{Digest, Sha256};
 use state_store::CallId;
 use tracing::{Instrument, info, info_span, warn};
 
+use super::leg::{Attach, PartnerLeg, refuse_attach};
+use super::resume::{self, Refusal};
 use crate::app::App;
 use crate::call::labels::{Labels, Transport};
 use crate::call::setup::Arrival;
 use crate::config::{Config, ms};
-use crate::leg::partner::{Attach, PartnerLeg, refuse_attach};
-use crate::leg::resume::{self, Refusal};
 use crate::leg::{Ingress, Leg};
 use crate::metrics as m;
 
@@ -203,7 +203,9 @@ async fn handle(app: Arc<App>, socket: axum::extract::ws::WebSocket, partner: Pa
         labels: Labels::from_params(&cfg.receipt, &start.metadata),
     };
     let span = info_span!("call", call_id = %call_id, partner = %partner, partner_call_id = %start.call_id, ingress = "partner");
-    super::run(app, leg, arrival).instrument(span).await;
+    crate::ingress::run(app, leg, arrival)
+        .instrument(span)
+        .await;
 }
 
 #[cfg(test)]

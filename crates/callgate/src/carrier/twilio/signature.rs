@@ -351,3 +351,6 @@ fn mac_matches(algorithm: Algorithm, key: &str, msg: &[u8], sig: &[u8]) -> bool 
             .is_ok_and(|m| m.chain_update(msg).verify_slice(sig).is_ok()),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -14,7 +14,7 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::{LegEvent, LegStats, Violation};
+use crate::leg::{LegEvent, LegStats, Violation};
 use crate::metrics as m;
 
 /// Outbound messages queued for the peer: 256 is 5 s of 20 ms frames; the

@@ -3,10 +3,10 @@
 //! smoke twin (the `#[cfg(test)]` part at the bottom of this file).
 //!
 //! This file is included twice, by `#[path]`:
-//! - as `leg::partner_wire::fuzz_tests` (`#[cfg(test)]`), whose parent
+//! - as `carrier::partner::wire::fuzz_tests` (`#[cfg(test)]`), whose parent
 //!   module is the codec itself;
 //! - as `mod server` in the fuzz target, whose crate root has
-//!   `use callgate::leg::partner_wire::*`.
+//!   `use callgate::carrier::partner::wire::*`.
 //!
 //! So everything here reaches the codec through `super::`, and the part
 //! that needs the mutator or the load tool is compiled only under
@@ -313,7 +313,7 @@ pub fn check_frames(len: usize) {
 // includable on its own (the fuzz target does).
 #[cfg(test)]
 #[allow(clippy::duplicate_mod)]
-#[path = "../../../../fuzz/smoke/mutator.rs"]
+#[path = "../../../../../../fuzz/smoke/mutator.rs"]
 mod mutator;
 
 #[cfg(test)]

@@ -13,15 +13,16 @@ use axum::response::{IntoResponse, Response};
 use state_store::CallId;
 use tracing::{Instrument, info_span, warn};
 
-use super::Refusal;
+use super::leg::TwilioLeg;
+use super::signature;
+use super::wire as twilio;
 use crate::app::App;
 use crate::call::labels::{Labels, Transport};
 use crate::call::setup::Arrival;
 use crate::config::ms;
-use crate::leg::twilio::TwilioLeg;
+use crate::ingress::Refusal;
 use crate::leg::{Ingress, LegFormat};
 use crate::metrics as m;
-use crate::twilio;
 
 /// The upgrade handler.
 pub async fn media_stream(
@@ -31,7 +32,7 @@ pub async fn media_stream(
     ws: WebSocketUpgrade,
 ) -> Response {
     let cfg = app.cfg();
-    let keys = twilio::SigningKeys {
+    let keys = signature::SigningKeys {
         auth_token: cfg.twilio.auth_token.as_deref().filter(|t| !t.is_empty()),
         shared_key_secret: cfg
             .twilio
@@ -48,10 +49,10 @@ pub async fn media_stream(
                 .get(name)
                 .map(|v| String::from_utf8_lossy(v.as_bytes()))
         };
-        let sig = header(twilio::SIGNATURE_HEADER);
-        let settings = header(twilio::SIGNATURE_SETTINGS_HEADER);
+        let sig = header(signature::SIGNATURE_HEADER);
+        let settings = header(signature::SIGNATURE_SETTINGS_HEADER);
         if let Err(why) =
-            twilio::verify_signature(keys, &urls, &[], sig.as_deref(), settings.as_deref())
+            signature::verify_signature(keys, &urls, &[], sig.as_deref(), settings.as_deref())
         {
             warn!(url = %urls[0], why = %why, kind = why.kind(), "media stream refused: invalid X-Twilio-Signature");
             metrics::counter!(m::PROTOCOL_ERRORS, "kind" => "bad_signature").increment(1);
@@ -75,7 +76,7 @@ pub async fn media_stream(
 /// request's Host and path under `wss://` (Twilio's scheme) and `ws://`
 /// (the scheme this listener sees when TLS ends at a proxy). The HMAC, not
 /// the scheme, is what authenticates. Each is also tried with a trailing
-/// `/` and without and with its port ([`twilio::url_candidates`]).
+/// `/` and without and with its port ([`signature::url_candidates`]).
 fn signed_urls(public: Option<&str>, headers: &HeaderMap, uri: &Uri) -> Vec<String> {
     if let Some(p) = public.filter(|p| !p.is_empty()) {
         return vec![p.to_string()];
@@ -122,11 +123,16 @@ async fn handle(app: Arc<App>, socket: axum::extract::ws::WebSocket) {
             warn!(why = %why, "closing stream");
             metrics::counter!(m::PROTOCOL_ERRORS, "kind" => "unsupported_media_format")
                 .increment(1);
-            super::record_refusal(&app, &arrival, Refusal::UnsupportedFormat, Duration::ZERO);
+            crate::ingress::record_refusal(
+                &app,
+                &arrival,
+                Refusal::UnsupportedFormat,
+                Duration::ZERO,
+            );
             leg.refuse(&why).await;
             return;
         }
-        super::run(app, leg, arrival).await;
+        crate::ingress::run(app, leg, arrival).await;
     }
     .instrument(span)
     .await;

@@ -12,11 +12,11 @@ use sip_ua::sdp;
 use tokio::sync::mpsc;
 use tracing::{Instrument, info_span, warn};
 
+use super::leg::{Command, ServerLink, Signal, SipLeg, SipShared};
 use crate::app::App;
 use crate::call::labels::{Labels, Transport};
 use crate::call::setup::Arrival;
 use crate::ingress::Refusal;
-use crate::leg::sip::{Command, ServerLink, Signal, SipLeg, SipShared};
 use crate::leg::{Ingress, LegFormat};
 use crate::metrics as m;
 use state_store::CallId;
@@ -51,7 +51,7 @@ pub(super) async fn run(
         let format = crate::leg::Leg::format(&leg);
         let labels = Labels::from_sip_headers(&app.cfg().receipt, &invite.headers);
         let arrival = arrival(call_id, &invite, format, &shared, labels);
-        super::super::run(app, leg, arrival).await;
+        crate::ingress::run(app, leg, arrival).await;
     }
     .instrument(span)
     .await;

@@ -454,7 +454,6 @@ pub fn error(code: &str, message: &str) -> String {
 }
 
 #[cfg(test)]
-#[path = "partner_wire_fuzz_tests.rs"]
 mod fuzz_tests;
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The SIP/RTP leg: one INVITE dialog (signalling through the SIP server
-//! task, `ingress::sip`) and its RTP media task ([`media`]).
+//! task, [`super::ingress`]) and its RTP media task ([`media`]).
 //!
 //! Format: the codec the INVITE's offer and `sip.codecs` agree on, PCMU
 //! (μ-law) or PCMA (A-law) at 8 kHz — the call's STT and TTS are opened in
@@ -27,8 +27,8 @@ use sip_ua::{CallKey, TxnKey};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::{Cause, Finish, Finished, Leg, LegEvent, LegFormat, LegStats};
 use crate::config::{SipConfig, SipOverflow};
+use crate::leg::{Cause, Finish, Finished, Leg, LegEvent, LegFormat, LegStats};
 use ports::RtpPorts;
 
 /// Headers of a response or request: static names, owned values.
@@ -169,7 +169,7 @@ impl SipLeg {
             Signal::Cancelled | Signal::Bye => Some(LegEvent::Hangup),
             // RFC 3261 §13.3.1.4: a UAS whose 2xx is never ACKed ends the
             // dialog with BYE (a violation is finished by BYE here).
-            Signal::AckTimeout => Some(LegEvent::Violation(super::Violation {
+            Signal::AckTimeout => Some(LegEvent::Violation(crate::leg::Violation {
                 kind: "no_ack",
                 detail: "no ACK for our 200 OK within 64·T1".into(),
             })),

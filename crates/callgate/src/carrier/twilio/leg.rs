@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use axum::extract::ws::{Message, WebSocket};
 use futures_util::StreamExt;
 
-use super::ws::{self, Out, WsCodec, WsLink};
-use super::{Finish, Finished, Leg, LegEvent, LegFormat, LegStats, Violation};
-use crate::twilio::{self, Inbound, WireError};
+use super::wire::{self as twilio, Inbound, WireError};
+use crate::carrier::ws::{self, Out, WsCodec, WsLink};
+use crate::leg::{Finish, Finished, Leg, LegEvent, LegFormat, LegStats, Violation};
 use media::transit::TransitDelta;
 
 /// One Twilio media stream.

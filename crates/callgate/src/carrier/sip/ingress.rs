@@ -14,8 +14,7 @@
 //! writers are bounded ([`TCP_OUT`]); a connection that does not read is
 //! closed.
 
-mod call;
-mod tcp;
+use super::{call, tcp};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -29,9 +28,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::leg::ports::RtpPorts;
+use super::leg::{Command, Signal, SipShared};
 use crate::app::App;
-use crate::leg::sip::ports::RtpPorts;
-use crate::leg::sip::{Command, Signal, SipShared};
 use crate::metrics as m;
 
 /// Signals queued for one call before more are dropped.
@@ -68,7 +67,7 @@ impl SipServer {
         }
         let mut ep_cfg = sip_ua::Config::new(SocketAddr::new(local_ip, addr.port()));
         ep_cfg.max_message_bytes = cfg.max_message_bytes;
-        let seed = std::process::id() as u64 ^ crate::leg::sip::media::seed();
+        let seed = std::process::id() as u64 ^ super::leg::media::seed();
         let shared = Arc::new(SipShared {
             cfg,
             ports: ports.clone(),
@@ -319,7 +318,7 @@ impl Server {
         }
         let (tx, rx) = mpsc::channel(SIGNALS);
         self.calls.insert(call, tx);
-        let link = crate::leg::sip::ServerLink {
+        let link = super::leg::ServerLink {
             key: call,
             tx: self.cmd_tx.clone(),
         };

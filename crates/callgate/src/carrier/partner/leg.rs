@@ -12,14 +12,14 @@
 //! leg sends a single-use token in `started`. When its connection drops
 //! abnormally (no `stop`, no close 1000) the leg *detaches*: it reports
 //! [`LegEvent::Detached`], holds callgate's audio and marks
-//! ([`partner_gap::HeldOutput`], bounded) and waits up to
+//! ([`super::gap::HeldOutput`], bounded) and waits up to
 //! `partner.resume_window_ms` for a new connection presenting the token
 //! (the ingress claims it from the [`Registry`] and hands the socket over
 //! through the leg's attach queue). A new connection that arrives while
 //! the old is still open *supersedes* it: the old gets `superseded` and
 //! close 1000 and its reader is dropped in the same step, before anything
 //! is read from the new one, so there is never a second live media
-//! connection ([`partner_gap::LiveLegs`] measures it). The call actor and
+//! connection ([`super::gap::LiveLegs`] measures it). The call actor and
 //! core keep running throughout; the leg swaps its socket.
 
 use std::time::{Duration, Instant};
@@ -31,11 +31,11 @@ use state_store::CallId;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::partner_gap::{Held, HeldOutput, Outstanding, ResumeTally};
-use super::partner_wire::{self as wire, Inbound, WireError, WireFormat};
+use super::gap::{Held, HeldOutput, Outstanding, ResumeTally};
 use super::resume::{self, ResumeRegistry, ResumeToken, TokenGuard};
-use super::ws::{self, Out, WsCodec, WsLink};
-use super::{Finish, Finished, Leg, LegEvent, LegFormat, LegStats, Violation};
+use super::wire::{self as wire, Inbound, WireError, WireFormat};
+use crate::carrier::ws::{self, Out, WsCodec, WsLink};
+use crate::leg::{Finish, Finished, Leg, LegEvent, LegFormat, LegStats, Violation};
 use crate::metrics as m;
 
 /// The server's resume tokens for partner legs (`App::resumes`).
@@ -62,7 +62,7 @@ pub struct PartnerLeg {
 }
 
 enum Socket {
-    Live(WsLink<Codec>, Option<super::partner_gap::LiveLeg>),
+    Live(WsLink<Codec>, Option<super::gap::LiveLeg>),
     Detached(Gap),
     /// The gap ended without a resume: `Gone` was reported.
     Ended,
@@ -647,5 +647,4 @@ fn finish_text(how: &Finish) -> Option<String> {
 }
 
 #[cfg(test)]
-#[path = "partner_tests.rs"]
 mod tests;

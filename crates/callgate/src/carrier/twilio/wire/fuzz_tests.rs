@@ -3,10 +3,10 @@
 //! smoke twin (the `#[cfg(test)]` part at the bottom of this file).
 //!
 //! This file is included twice, by `#[path]`:
-//! - as `twilio::fuzz_tests` (`#[cfg(test)]`), whose parent module is the
+//! - as `carrier::twilio::wire::fuzz_tests` (`#[cfg(test)]`), whose parent module is the
 //!   parser itself;
 //! - as `mod invariants` in the fuzz target, whose crate root has
-//!   `use callgate::twilio::*`.
+//!   `use callgate::carrier::twilio::wire::*`.
 //!
 //! So the parser is reached through `super::`, and the part that needs the
 //! mutator or the load tool is compiled only under `cfg(test)` (the fuzz
@@ -127,7 +127,7 @@ pub fn check_own_media(sid: &str, payload: &[u8], max: usize) {
 // ---- the stable smoke twin ----------------------------------------------
 
 #[cfg(test)]
-#[path = "../../../fuzz/smoke/mutator.rs"]
+#[path = "../../../../../../fuzz/smoke/mutator.rs"]
 mod mutator;
 
 #[cfg(test)]
@@ -138,9 +138,10 @@ mod smoke {
 
     use callgate_load::{AccountSid, CallIds, CallSid, StreamSid, wire as carrier};
 
-    use super::super::{clear_msg, mark_msg, sign, signature_is_valid};
+    use super::super::{clear_msg, mark_msg};
     use super::mutator::{Mutator, Rng};
     use super::*;
+    use crate::carrier::twilio::signature::{sign, signature_is_valid};
 
     const ITERATIONS: usize = 3_000;
     const TOKENS: &[&str] = &[
@@ -164,12 +165,12 @@ mod smoke {
     ];
     /// The fuzz target's seeds.
     const SEEDS: [&[u8]; 6] = [
-        include_bytes!("../../../fuzz/seeds/twilio_parse/seed-0"),
-        include_bytes!("../../../fuzz/seeds/twilio_parse/seed-1"),
-        include_bytes!("../../../fuzz/seeds/twilio_parse/seed-2"),
-        include_bytes!("../../../fuzz/seeds/twilio_parse/seed-3"),
-        include_bytes!("../../../fuzz/seeds/twilio_parse/seed-4"),
-        include_bytes!("../../../fuzz/seeds/twilio_parse/seed-5"),
+        include_bytes!("../../../../../../fuzz/seeds/twilio_parse/seed-0"),
+        include_bytes!("../../../../../../fuzz/seeds/twilio_parse/seed-1"),
+        include_bytes!("../../../../../../fuzz/seeds/twilio_parse/seed-2"),
+        include_bytes!("../../../../../../fuzz/seeds/twilio_parse/seed-3"),
+        include_bytes!("../../../../../../fuzz/seeds/twilio_parse/seed-4"),
+        include_bytes!("../../../../../../fuzz/seeds/twilio_parse/seed-5"),
     ];
 
     fn ids() -> CallIds {

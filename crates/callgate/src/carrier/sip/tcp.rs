@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tracing::debug;
 
-use super::FromTcp;
+use super::ingress::FromTcp;
 use crate::metrics as m;
 
 /// A connection with no traffic for this long is closed.

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message as C;
 
 use super::*;
-use crate::leg::resume::Refusal;
+use crate::carrier::partner::resume::Refusal;
 
 type Client =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;

@@ -1,0 +1,20 @@
+//! The carriers: one home per carrier, holding everything that knows its
+//! wire — its message types and codec, its handshake and authentication,
+//! and its [`Leg`](crate::leg::Leg).
+//!
+//! | home | wire | ingress (handshake) | leg |
+//! |---|---|---|---|
+//! | [`twilio`] | Media Streams JSON, request signatures | `GET /v1/media-stream` | [`twilio::leg::TwilioLeg`] |
+//! | [`partner`] | the partner protocol (`docs/partner-protocol.md`), resume tokens | `GET /v1/partner/stream` | [`partner::leg::PartnerLeg`] |
+//! | [`sip`] | SIP over UDP/TCP, SDP, RTP | the SIP listener | [`sip::leg::SipLeg`] |
+//!
+//! What no code outside a carrier's home does: name its wire types. The
+//! shared path after the handshake — admission wait, hold audio, overflow,
+//! the call — lives in [`crate::ingress`] and [`crate::call`] and sees only
+//! the [`Leg`](crate::leg::Leg) seam. [`ws`] is the WebSocket plumbing the
+//! two WebSocket carriers share (bounded outbound queue, close handshake).
+
+pub mod partner;
+pub mod sip;
+pub mod twilio;
+pub mod ws;
