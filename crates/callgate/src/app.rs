@@ -28,7 +28,7 @@ pub struct App {
     pub http: reqwest::Client,
     pub metrics: PrometheusHandle,
     /// The drain: its plan, and the orders every call watches.
-    pub drain: crate::drain::Drain,
+    pub drain: crate::drain::plan::Drain,
     /// Every call task, so a drain can wait for them all.
     pub calls: TaskTracker,
     pub counters: Counters,
@@ -36,10 +36,8 @@ pub struct App {
     pub routing: crate::reconcile::RoutingReport,
     /// The calls running here, by id, for reconciliation receipts.
     pub live: crate::reconcile::LiveCalls,
-    /// Partner resume tokens of the calls running here.
-    pub resumes: Arc<crate::carrier::partner::leg::Registry>,
     /// The reconciler's latest tick, for `/admin/status`.
-    pub reconcile: crate::reconcile::task::Latest,
+    pub reconcile: crate::reconcile::latest::Latest,
 }
 
 /// Process counters that are not in the gate.
@@ -143,13 +141,12 @@ impl App {
             dialog,
             http,
             metrics,
-            drain: crate::drain::Drain::default(),
+            drain: crate::drain::plan::Drain::default(),
             calls: TaskTracker::new(),
             counters: Counters::default(),
             routing: crate::reconcile::RoutingReport::default(),
             live: crate::reconcile::LiveCalls::default(),
-            resumes: Arc::default(),
-            reconcile: crate::reconcile::task::Latest::default(),
+            reconcile: crate::reconcile::latest::Latest::default(),
         })
     }
 

@@ -56,7 +56,7 @@ pub fn params(cfg: &Config, now: SystemTime) -> AuditParams {
 /// # Errors
 /// Connecting or any check failing.
 pub async fn audit_with_config(cfg: &Config) -> anyhow::Result<Vec<Violation>> {
-    let mut store_cfg = crate::server::store_config(cfg);
+    let mut store_cfg = cfg.store_config();
     store_cfg.pool_size = 1;
     let store = state_store::Store::connect(store_cfg).await?;
     Ok(audit::run(&store, params(cfg, SystemTime::now())).await?)

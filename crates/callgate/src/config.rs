@@ -492,6 +492,19 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// The store settings of `[database]` and `server.instance`.
+    pub fn store_config(&self) -> state_store::StoreConfig {
+        let d = &self.database;
+        state_store::StoreConfig {
+            conninfo: d.url.clone(),
+            pool_size: d.pool_size,
+            checkout_timeout: ms(d.checkout_timeout_ms),
+            connect_timeout: ms(d.connect_timeout_ms),
+            statement_timeout: ms(d.statement_timeout_ms),
+            instance: self.server.instance.clone(),
+        }
+    }
+
     /// Loads `path` (if given), then the environment, then validates.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
         let mut fig = Figment::from(Serialized::defaults(Config::default()));

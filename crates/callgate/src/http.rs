@@ -21,11 +21,12 @@ use axum::routing::{get, post};
 use tracing::{info, warn};
 
 use crate::app::{App, Counters};
+use crate::carrier::Carriers;
 use crate::drain;
 use crate::metrics as m;
 
 /// All routes.
-pub fn router(app: Arc<App>) -> Router {
+pub fn router(app: Arc<App>, carriers: &Carriers) -> Router {
     let admin = Router::new()
         .route("/admin/status", get(status))
         // A receipt is admin data: the same guard as `/admin/*`.
@@ -39,14 +40,7 @@ pub fn router(app: Arc<App>) -> Router {
             admin_guard,
         ));
     Router::new()
-        .route(
-            "/v1/media-stream",
-            get(crate::carrier::twilio::ingress::media_stream),
-        )
-        .route(
-            "/v1/partner/stream",
-            get(crate::carrier::partner::ingress::partner_stream),
-        )
+        .merge(carriers.routes())
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
@@ -272,7 +266,7 @@ pub fn reload_config(app: &App) -> anyhow::Result<serde_json::Value> {
 async fn start_drain(State(app): State<Arc<App>>) -> Response {
     // Admission is closed before the answer, so a readiness probe that
     // follows the 202 already fails; only the waiting runs in the background.
-    if !drain::begin(&app, drain::Origin::Admin) {
+    if !drain::begin(&app, drain::plan::Origin::Admin) {
         return (StatusCode::ACCEPTED, "already draining\n").into_response();
     }
     warn!("drain requested through the admin API");
@@ -286,7 +280,7 @@ async fn start_drain(State(app): State<Arc<App>>) -> Response {
 async fn undrain(State(app): State<Arc<App>>) -> Response {
     match drain::undrain(&app).await {
         Ok(()) => (StatusCode::OK, "serving\n").into_response(),
-        Err(e @ drain::UndrainRefused::NotRecorded(_)) => {
+        Err(e @ drain::plan::UndrainRefused::NotRecorded(_)) => {
             (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")).into_response()
         }
         Err(e) => {

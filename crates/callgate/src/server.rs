@@ -19,6 +19,8 @@ pub struct Running {
     /// Where the HTTP/WebSocket listener is bound.
     pub addr: SocketAddr,
     pub app: Arc<App>,
+    /// What the carriers keep (the partner resume registry).
+    pub carriers: Arc<crate::carrier::Carriers>,
     stop_http: CancellationToken,
     http: JoinHandle<std::io::Result<()>>,
     background: CancellationToken,
@@ -37,7 +39,7 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
     cfg.validate()?;
     crate::ensure_tls_provider();
     let metrics = metrics::install();
-    let store = state_store::Store::connect(store_config(&cfg)).await?;
+    let store = state_store::Store::connect(cfg.store_config()).await?;
     let applied = store.migrate().await?;
     if !applied.is_empty() {
         info!(migrations = ?applied, "database migrated");
@@ -88,7 +90,9 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
     warn_if_ingress_is_open(addr, &app.cfg());
     // The peer address reaches the handlers: while no admin token is set,
     // `/admin/*` serves loopback peers only (see `http::admin_allowed`).
-    let router = http::router(Arc::clone(&app)).into_make_service_with_connect_info::<SocketAddr>();
+    let carriers = Arc::new(crate::carrier::Carriers::default());
+    let router = http::router(Arc::clone(&app), &carriers)
+        .into_make_service_with_connect_info::<SocketAddr>();
     let stop = stop_http.clone();
     let http = tokio::spawn(async move {
         axum::serve(listener, router)
@@ -120,6 +124,7 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
     Ok(Running {
         addr,
         app,
+        carriers,
         stop_http,
         http,
         background,
@@ -162,19 +167,6 @@ fn warn_if_ingress_is_open(addr: SocketAddr, cfg: &Config) {
     }
 }
 
-/// The store settings of `[database]` and `server.instance`.
-pub fn store_config(cfg: &Config) -> state_store::StoreConfig {
-    let d = &cfg.database;
-    state_store::StoreConfig {
-        conninfo: d.url.clone(),
-        pool_size: d.pool_size,
-        checkout_timeout: ms(d.checkout_timeout_ms),
-        connect_timeout: ms(d.connect_timeout_ms),
-        statement_timeout: ms(d.statement_timeout_ms),
-        instance: cfg.server.instance.clone(),
-    }
-}
-
 fn write_behind_config(cfg: &Config) -> state_store::WriteBehindConfig {
     let d = &cfg.database;
     state_store::WriteBehindConfig {
@@ -209,14 +201,14 @@ impl Running {
     /// grace — hear the goodbye), stops the listener, flushes the
     /// write-behind queue.
     pub async fn shutdown(self, deadline: Duration) -> Stopped {
-        drain::begin_within(&self.app, drain::Origin::Signal, deadline);
+        drain::begin_within(&self.app, drain::plan::Origin::Signal, deadline);
         let calls_left = loop {
             match drain::run_until_done(Arc::clone(&self.app)).await {
                 drain::Outcome::Done => break 0,
                 drain::Outcome::Left(n) => break n,
                 // An undrain that raced the signal: the shutdown drains again.
                 drain::Outcome::Cancelled => {
-                    drain::begin_within(&self.app, drain::Origin::Signal, deadline);
+                    drain::begin_within(&self.app, drain::plan::Origin::Signal, deadline);
                 }
             }
         };

@@ -256,7 +256,7 @@ async fn admin(
     let addr = std::net::SocketAddr::from((peer, 40_000));
     req.extensions_mut()
         .insert(axum::extract::ConnectInfo(addr));
-    let resp = callgate::http::router(h.server.app.clone())
+    let resp = callgate::http::router(h.server.app.clone(), &h.server.carriers)
         .oneshot(req)
         .await
         .unwrap();

@@ -169,7 +169,11 @@ async fn a_dropped_connection_resumed_within_the_window_continues_the_same_call(
         (1, 1),
         "{text}"
     );
-    assert_eq!(h.server.app.resumes.live(), 0, "no token outlives its call");
+    assert_eq!(
+        h.server.carriers.partner_resumes.live(),
+        0,
+        "no token outlives its call"
+    );
     h.assert_all_closed().await;
     h.stop().await;
 }

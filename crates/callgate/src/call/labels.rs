@@ -36,14 +36,6 @@ impl Transport {
             Transport::SipTcp => "sip-tcp",
         }
     }
-
-    /// The SIP transport the INVITE came over.
-    pub const fn of_sip(t: sip_ua::Transport) -> Self {
-        match t {
-            sip_ua::Transport::Udp => Transport::SipUdp,
-            sip_ua::Transport::Tcp => Transport::SipTcp,
-        }
-    }
 }
 
 /// The labels a receipt keeps, and how many values were cut.

@@ -324,10 +324,10 @@ pub fn core_config(cfg: &crate::config::Config, format: crate::leg::LegFormat) -
 }
 
 /// The core's input for a drain order (`None`: serve on).
-fn drain_input(order: crate::drain::Order) -> Option<Input> {
+fn drain_input(order: crate::drain::plan::Order) -> Option<Input> {
     match order {
-        crate::drain::Order::Serve => None,
-        crate::drain::Order::Transfer => Some(Input::DrainTransfer),
-        crate::drain::Order::Deadline => Some(Input::DrainDeadline),
+        crate::drain::plan::Order::Serve => None,
+        crate::drain::plan::Order::Transfer => Some(Input::DrainTransfer),
+        crate::drain::plan::Order::Deadline => Some(Input::DrainDeadline),
     }
 }

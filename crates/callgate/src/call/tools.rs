@@ -12,17 +12,9 @@ use std::time::{Duration, Instant};
 use dialog_grpc::{ToolCallId, TurnId};
 use tokio::task::{AbortHandle, JoinSet};
 
+use crate::call::core::ToolOutcome;
 use crate::metrics as m;
 use crate::reconcile::pressure::PhaseGauge;
-
-/// A finished tool call, ready to be sent back to the dialog service.
-#[derive(Debug)]
-pub struct ToolOutcome {
-    pub id: ToolCallId,
-    pub turn: TurnId,
-    pub result_json: String,
-    pub is_error: bool,
-}
 
 /// Delegation counters for the ledger.
 #[derive(Debug, Default, Clone, Copy, serde::Serialize)]

@@ -18,3 +18,24 @@ pub mod partner;
 pub mod sip;
 pub mod twilio;
 pub mod ws;
+
+use std::sync::Arc;
+
+use axum::Router;
+
+use crate::app::App;
+
+/// What the carriers keep for the life of the server, beside the app.
+#[derive(Default)]
+pub struct Carriers {
+    /// Partner resume tokens of the calls running here.
+    pub partner_resumes: Arc<partner::leg::Registry>,
+}
+
+impl Carriers {
+    /// The WebSocket carriers' upgrade routes (SIP has its own listener,
+    /// started by `server::start`).
+    pub fn routes(&self) -> Router<Arc<App>> {
+        twilio::ingress::routes().merge(partner::ingress::routes(Arc::clone(&self.partner_resumes)))
+    }
+}

@@ -80,13 +80,10 @@ impl Default for SipConfig {
 }
 
 impl SipConfig {
-    /// The codecs, parsed (validated by [`SipConfig::validate`]).
-    pub fn codecs(&self) -> Vec<sip_ua::sdp::Codec> {
-        self.codecs
-            .iter()
-            .filter_map(|c| sip_ua::sdp::Codec::from_name(c))
-            .collect()
-    }
+    /// The codec names `sip.codecs` may list (case-insensitive, as SDP
+    /// spells them). The SIP carrier maps them to its SDP codecs
+    /// (`carrier::sip::leg::codecs`, whose test keeps the two lists equal).
+    pub const CODEC_NAMES: [&str; 2] = ["PCMU", "PCMA"];
 
     /// The address in SDP and `Contact`.
     pub fn advertised(&self) -> IpAddr {
@@ -103,7 +100,8 @@ impl SipConfig {
         if self.rtp_port_min < 1024 || self.rtp_port_max <= self.rtp_port_min {
             return Err("sip.rtp_port_min..rtp_port_max must be a range above 1023".into());
         }
-        if self.codecs.is_empty() || self.codecs().len() != self.codecs.len() {
+        let known = |c: &String| Self::CODEC_NAMES.iter().any(|n| n.eq_ignore_ascii_case(c));
+        if self.codecs.is_empty() || !self.codecs.iter().all(known) {
             return Err("sip.codecs must list PCMU and/or PCMA".into());
         }
         let needs_uri = matches!(self.overflow, SipOverflow::Redirect | SipOverflow::Refer);

@@ -9,10 +9,10 @@ use stt_client::SttEvent;
 use tracing::{debug, info, warn};
 use tts_client::{ContextId, TtsEvent};
 
+use super::ToolOutcome;
 use super::outage::Outage;
 use super::{CallCore, Command, Rec, ToolTask, Turn};
 use crate::call::bot::{BotTurn, Exit};
-use crate::call::tools::ToolOutcome;
 use crate::end::{End, EndReason, Provider};
 use crate::metrics as m;
 use crate::prompts::Prompt;

@@ -24,6 +24,7 @@ mod outage;
 mod tests;
 mod timing;
 mod tool_memory;
+mod tool_outcome;
 
 pub use barge::{BargeInConfig, BargeInPolicy};
 pub use timing::TurnLatency;
@@ -39,12 +40,12 @@ use tracing::{debug, info, warn};
 use tts_client::{ContextId, TtsEvent};
 
 use super::bot::{BotTurn, Exit};
-use super::tools::ToolOutcome;
 use super::watchdog::{Action, Clock, Watchdog, WatchdogConfig};
 use crate::end::{Culprit, End, EndReason};
 use crate::leg::{LegEvent, LegFormat};
 use crate::metrics as m;
 use crate::prompts::Prompt;
+pub use tool_outcome::ToolOutcome;
 
 /// What the core needs to know, fixed for the call.
 #[derive(Debug, Clone, Copy)]

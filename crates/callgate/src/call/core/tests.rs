@@ -8,8 +8,8 @@ use dialog_grpc::{DialogEvent, ToolCallId, TurnId};
 use stt_client::{SttEvent, Transcript};
 use tts_client::{ContextId, TtsEvent};
 
+use super::ToolOutcome;
 use super::*;
-use crate::call::tools::ToolOutcome;
 use crate::call::watchdog::WatchdogConfig;
 use crate::end::{Culprit, EndReason};
 use crate::leg::{LegEvent, LegFormat};

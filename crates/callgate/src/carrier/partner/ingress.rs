@@ -13,14 +13,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use admission::PartnerId;
-use axum::extract::{State, WebSocketUpgrade};
+use axum::Router;
+use axum::extract::{Extension, State, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use sha2::{Digest, Sha256};
 use state_store::CallId;
 use tracing::{Instrument, info, info_span, warn};
 
-use super::leg::{Attach, PartnerLeg, refuse_attach};
+use super::leg::{Attach, PartnerLeg, Registry, refuse_attach};
 use super::resume::{self, Refusal};
 use crate::app::App;
 use crate::call::labels::{Labels, Transport};
@@ -93,6 +95,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// The upgrade handler.
 pub async fn partner_stream(
     State(app): State<Arc<App>>,
+    Extension(resumes): Extension<Arc<Registry>>,
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
@@ -116,12 +119,23 @@ pub async fn partner_stream(
         .max_frame_size(max)
         .read_buffer_size(8 * 1024);
     if let Some(token) = headers.get(RESUME_HEADER) {
-        return resume(&app, ws, token.to_str().unwrap_or(""), &partner);
+        return resume(&resumes, ws, token.to_str().unwrap_or(""), &partner);
     }
     let tracker = app.calls.clone();
     ws.on_upgrade(move |socket| async move {
-        tracker.spawn(handle(app, socket, partner)).await.ok();
+        tracker
+            .spawn(handle(app, resumes, socket, partner))
+            .await
+            .ok();
     })
+}
+
+/// The partner carrier's route, with the resume registry its handler
+/// reads (kept in [`crate::carrier::Carriers`]).
+pub fn routes(resumes: Arc<Registry>) -> Router<Arc<App>> {
+    Router::new()
+        .route("/v1/partner/stream", get(partner_stream))
+        .layer(Extension(resumes))
 }
 
 /// The request header that presents a resume token.
@@ -140,8 +154,13 @@ pub fn refusal_status(why: Refusal) -> StatusCode {
 
 /// Claims `token` for `partner` and, once upgraded, hands the socket to the
 /// call's leg. A refusal is answered before the upgrade.
-fn resume(app: &App, ws: WebSocketUpgrade, token: &str, partner: &PartnerId) -> Response {
-    let claim = match app.resumes.claim(token, partner, Instant::now()) {
+fn resume(
+    resumes: &Arc<Registry>,
+    ws: WebSocketUpgrade,
+    token: &str,
+    partner: &PartnerId,
+) -> Response {
+    let claim = match resumes.claim(token, partner, Instant::now()) {
         Ok(c) => c,
         Err(why) => {
             warn!(partner = %partner, why = why.as_str(), token = %resume::redacted(token), "partner resume refused");
@@ -160,7 +179,12 @@ fn resume(app: &App, ws: WebSocketUpgrade, token: &str, partner: &PartnerId) -> 
     })
 }
 
-async fn handle(app: Arc<App>, socket: axum::extract::ws::WebSocket, partner: PartnerId) {
+async fn handle(
+    app: Arc<App>,
+    resumes: Arc<Registry>,
+    socket: axum::extract::ws::WebSocket,
+    partner: PartnerId,
+) {
     let cfg = app.cfg();
     let timeout = ms(cfg.partner.start_timeout_ms);
     let (mut leg, start) = match PartnerLeg::accept(socket, timeout).await {
@@ -173,7 +197,7 @@ async fn handle(app: Arc<App>, socket: axum::extract::ws::WebSocket, partner: Pa
     };
     let call_id = CallId::new_random();
     let window = ms(cfg.partner.resume_window_ms);
-    leg.resumable(Arc::clone(&app.resumes), call_id, partner.clone(), window);
+    leg.resumable(resumes, call_id, partner.clone(), window);
     leg.started(&call_id.to_string());
     let target = cfg
         .partners

@@ -12,7 +12,7 @@ use sip_ua::sdp;
 use tokio::sync::mpsc;
 use tracing::{Instrument, info_span, warn};
 
-use super::leg::{Command, ServerLink, Signal, SipLeg, SipShared};
+use super::leg::{Command, ServerLink, Signal, SipLeg, SipShared, codecs};
 use crate::app::App;
 use crate::call::labels::{Labels, Transport};
 use crate::call::setup::Arrival;
@@ -34,7 +34,7 @@ pub(super) async fn run(
     async move {
         let offer = sdp::parse(&invite.offer).map_err(|e| (399, e.to_string()));
         let negotiated = offer.as_ref().map_err(Clone::clone).and_then(|o| {
-            sdp::negotiate(o, &shared.cfg.codecs(), None)
+            sdp::negotiate(o, &codecs(&shared.cfg), None)
                 .and_then(|n| n.check_local_address(shared.local_ip).map(|()| n))
                 .map_err(|e| (e.warning_code(), e.to_string()))
         });
@@ -83,7 +83,7 @@ fn arrival(
             ("to_user".to_string(), user(&invite.request_uri)),
         ],
         transfer_target: shared.cfg.human_queue_uri.clone(),
-        transport: Transport::of_sip(invite.source.transport),
+        transport: transport_label(invite.source.transport),
         labels,
     }
 }
@@ -113,8 +113,16 @@ fn not_acceptable(
         partner: None,
         metadata: Vec::new(),
         transfer_target: None,
-        transport: Transport::of_sip(invite.source.transport),
+        transport: transport_label(invite.source.transport),
         labels: Labels::default(),
     };
     crate::ingress::record_refusal(app, &arrival, Refusal::UnsupportedFormat, Duration::ZERO);
+}
+
+/// The ledger's transport label of the transport the INVITE came over.
+const fn transport_label(t: sip_ua::Transport) -> Transport {
+    match t {
+        sip_ua::Transport::Udp => Transport::SipUdp,
+        sip_ua::Transport::Tcp => Transport::SipTcp,
+    }
 }

@@ -14,7 +14,8 @@
 //! writers are bounded ([`TCP_OUT`]); a connection that does not read is
 //! closed.
 
-use super::{call, tcp};
+use super::call;
+use super::tcp::{self, FromTcp};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -131,12 +132,6 @@ fn warn_if_open(cfg: &crate::config::SipConfig, addr: SocketAddr) {
             "sip.trusted_peers is empty: any host that can reach this SIP listener can place calls (set it to your carriers' / proxies' addresses)"
         );
     }
-}
-
-/// What a TCP connection task reports.
-pub(crate) enum FromTcp {
-    Message(u64, SocketAddr, Vec<u8>),
-    Closed(u64),
 }
 
 struct Server {

@@ -13,11 +13,16 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tracing::debug;
 
-use super::ingress::FromTcp;
 use crate::metrics as m;
 
 /// A connection with no traffic for this long is closed.
 pub const IDLE: Duration = Duration::from_secs(300);
+
+/// What a TCP connection task reports.
+pub(super) enum FromTcp {
+    Message(u64, SocketAddr, Vec<u8>),
+    Closed(u64),
+}
 
 pub(super) async fn serve(
     stream: TcpStream,

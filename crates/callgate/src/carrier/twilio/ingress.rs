@@ -7,9 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
 use axum::extract::{State, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use state_store::CallId;
 use tracing::{Instrument, info_span, warn};
 
@@ -23,6 +25,11 @@ use crate::config::ms;
 use crate::ingress::Refusal;
 use crate::leg::{Ingress, LegFormat};
 use crate::metrics as m;
+
+/// The Twilio carrier's route.
+pub fn routes() -> Router<Arc<App>> {
+    Router::new().route("/v1/media-stream", get(media_stream))
+}
 
 /// The upgrade handler.
 pub async fn media_stream(

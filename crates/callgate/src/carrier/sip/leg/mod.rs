@@ -31,6 +31,16 @@ use crate::config::{SipConfig, SipOverflow};
 use crate::leg::{Cause, Finish, Finished, Leg, LegEvent, LegFormat, LegStats};
 use ports::RtpPorts;
 
+/// The codecs `sip.codecs` lists, as SDP codecs, in its order of
+/// preference (names validated at load against
+/// [`SipConfig::CODEC_NAMES`]).
+pub fn codecs(cfg: &SipConfig) -> Vec<sdp::Codec> {
+    cfg.codecs
+        .iter()
+        .filter_map(|c| sdp::Codec::from_name(c))
+        .collect()
+}
+
 /// Headers of a response or request: static names, owned values.
 pub type Headers = Vec<(&'static str, String)>;
 
@@ -189,7 +199,7 @@ impl SipLeg {
     /// still offered, the hold state as offered; an offer we cannot take
     /// gets `488` and the call goes on as it was.
     fn reinvite(&mut self, txn: TxnKey, body: &[u8]) {
-        let codecs = self.shared.cfg.codecs();
+        let codecs = codecs(&self.shared.cfg);
         let result = sdp::parse(body)
             .map_err(|e| (399, e.to_string()))
             .and_then(|offer| {
@@ -395,4 +405,25 @@ fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// callgate's reason as text.
 fn reason_header(cause: &Cause) -> String {
     format!("Q.850;cause=16;text=\"{}\"", cause.wire().replace('"', "'"))
+}
+
+#[cfg(test)]
+mod codec_names {
+    use super::*;
+
+    #[test]
+    fn the_config_names_are_exactly_the_sdp_codecs() {
+        for name in SipConfig::CODEC_NAMES {
+            let codec = sdp::Codec::from_name(name).expect(name);
+            assert_eq!(codec.name(), name);
+        }
+        for codec in [sdp::Codec::Pcmu, sdp::Codec::Pcma] {
+            assert!(SipConfig::CODEC_NAMES.contains(&codec.name()));
+        }
+        let cfg = SipConfig {
+            codecs: vec!["pcma".into(), "PCMU".into()],
+            ..SipConfig::default()
+        };
+        assert_eq!(codecs(&cfg), [sdp::Codec::Pcma, sdp::Codec::Pcmu]);
+    }
 }
