@@ -48,17 +48,11 @@ impl fmt::Display for Dependency {
     }
 }
 
-/// Where the cause of a rejection lies, so the server can pick its response
-/// without matching on strings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorSource {
-    /// A downstream provider (Postgres, STT, TTS, dialog) is unhealthy.
-    Provider,
-    /// The phone caller or the partner that sent the call.
-    Caller,
-    /// This instance's own decision or state (capacity, queue, drain, a bug).
-    Internal,
-}
+/// Who caused a rejection (see [`RejectReason::source_kind`]): a provider
+/// marked down is [`ErrorSource::Provider`]; capacity, queue, partner
+/// limits and drain are this instance's own decision,
+/// [`ErrorSource::Internal`].
+pub use error_source::ErrorSource;
 
 /// Why an admission was refused. Every variant leads to the overflow path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -164,34 +164,13 @@ pub async fn record_undrained(app: &App, detail: serde_json::Value) -> Result<()
     }
 }
 
-/// UTC, second precision: `2026-05-09T07:29:33Z`.
+/// UTC, second precision (`2026-05-09T07:29:33Z`, the fraction
+/// truncated); instants before 1970 print as the epoch.
 fn rfc3339(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3_600,
-        rem % 3_600 / 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day): Howard Hinnant's
-/// `civil_from_days`, for days on or after the epoch.
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + u64::from(m <= 2);
-    (y, m, d)
+    // A clock past jiff's range (year 9999) is broken: clamp to its end.
+    let ts =
+        jiff::Timestamp::try_from(t.max(SystemTime::UNIX_EPOCH)).unwrap_or(jiff::Timestamp::MAX);
+    format!("{ts:.0}")
 }
 
 #[cfg(test)]
@@ -207,6 +186,11 @@ mod tests {
         assert_eq!(rfc3339(at(951_782_400)), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(at(1_778_311_773)), "2026-05-09T07:29:33Z");
         assert_eq!(rfc3339(at(4_107_542_399)), "2100-02-28T23:59:59Z");
+        // The fraction is truncated, not rounded; before 1970 is the epoch.
+        let just_before = at(1) - Duration::from_nanos(1);
+        assert_eq!(rfc3339(just_before), "1970-01-01T00:00:00Z");
+        let early = SystemTime::UNIX_EPOCH - Duration::from_secs(86_400);
+        assert_eq!(rfc3339(early), "1970-01-01T00:00:00Z");
     }
 
     #[test]

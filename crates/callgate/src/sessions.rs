@@ -201,35 +201,14 @@ fn offset_ms(t: SystemTime, t0: SystemTime) -> f64 {
     }
 }
 
-/// RFC 3339 UTC with microseconds (`2026-01-31T12:00:00.123456Z`);
-/// instants before 1970 print as the epoch (no call is that old).
+/// RFC 3339 UTC with microseconds (`2026-01-31T12:00:00.123456Z`), the
+/// sub-microsecond part truncated; instants before 1970 print as the epoch
+/// (no call is that old).
 pub fn rfc3339(t: SystemTime) -> String {
-    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (y, mo, day) = civil_from_days((secs / 86_400) as i64);
-    let s = secs % 86_400;
-    format!(
-        "{y:04}-{mo:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        s / 3_600,
-        s % 3_600 / 60,
-        s % 60,
-        d.subsec_micros()
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's
-/// `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    // A clock past jiff's range (year 9999) is broken: clamp to its end.
+    let ts =
+        jiff::Timestamp::try_from(t.max(SystemTime::UNIX_EPOCH)).unwrap_or(jiff::Timestamp::MAX);
+    format!("{ts:.6}")
 }
 
 #[cfg(test)]
@@ -285,6 +264,11 @@ mod tests {
             "2023-11-14T22:13:20.250000Z"
         );
         assert_eq!(rfc3339(at(4_107_542_399, 0)), "2100-02-28T23:59:59.000000Z");
+        // Nanoseconds are truncated, not rounded; before 1970 is the epoch.
+        let just_before = at(1, 0) - Duration::from_nanos(1);
+        assert_eq!(rfc3339(just_before), "1970-01-01T00:00:00.999999Z");
+        let early = SystemTime::UNIX_EPOCH - Duration::from_secs(86_400);
+        assert_eq!(rfc3339(early), "1970-01-01T00:00:00.000000Z");
     }
 
     fn row(stats: Value) -> LedgerRow {

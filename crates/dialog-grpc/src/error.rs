@@ -4,17 +4,11 @@ use std::time::Duration;
 
 pub use tonic::Code as GrpcCode;
 
-/// Who caused an error: decides between retry, failover and apology without
-/// matching strings.
-#[derive(Copy, Clone, Eq, PartialEq, Hash, Debug)]
-pub enum ErrorSource {
-    /// The dialog service or the network to it.
-    Provider,
-    /// The caller's input (e.g. invalid DTMF digits).
-    Caller,
-    /// callgate itself: configuration or use of a closed session.
-    Internal,
-}
+/// Who caused an error (see [`DialogError::source_kind`]): the dialog
+/// service or the network to it is [`ErrorSource::Provider`], the phone
+/// caller's input (invalid DTMF) [`ErrorSource::Caller`], configuration or
+/// a closed session [`ErrorSource::Internal`].
+pub use error_source::ErrorSource;
 
 /// Everything that can go wrong with a dialog session.
 #[non_exhaustive]

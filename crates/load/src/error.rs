@@ -4,17 +4,11 @@ use std::path::PathBuf;
 
 use crate::ids::StreamSid;
 
-/// Who caused an error: the server under test, the operator's configuration,
-/// or this machine (the load generator itself).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorSource {
-    /// The server under test refused, broke or stalled.
-    Server,
-    /// The load configuration or command line is invalid.
-    Config,
-    /// The local machine (file system, task runtime).
-    Local,
-}
+/// Who caused an error (see [`LoadError::source_kind`]), seen from the load
+/// generator: the server under test is its [`ErrorSource::Provider`], the
+/// load configuration or command line its [`ErrorSource::Caller`], and this
+/// machine (file system, task runtime) [`ErrorSource::Internal`].
+pub use error_source::ErrorSource;
 
 /// Everything that can go wrong while placing calls or writing a report.
 #[derive(Debug, thiserror::Error)]
@@ -72,14 +66,14 @@ impl LoadError {
     /// Where the fault lies.
     pub fn source_kind(&self) -> ErrorSource {
         match self {
-            LoadError::InvalidConfig { .. } => ErrorSource::Config,
-            LoadError::WriteReport { .. } => ErrorSource::Local,
+            LoadError::InvalidConfig { .. } => ErrorSource::Caller,
+            LoadError::WriteReport { .. } => ErrorSource::Internal,
             LoadError::Refused { .. }
             | LoadError::Connect { .. }
             | LoadError::ConnectTimeout { .. }
             | LoadError::Socket { .. }
             | LoadError::SendTimeout { .. }
-            | LoadError::Malformed { .. } => ErrorSource::Server,
+            | LoadError::Malformed { .. } => ErrorSource::Provider,
         }
     }
 }
@@ -98,12 +92,12 @@ mod tests {
         assert!(refused(503).is_retryable());
         assert!(refused(429).is_retryable());
         assert!(!refused(403).is_retryable());
-        assert_eq!(refused(503).source_kind(), ErrorSource::Server);
+        assert_eq!(refused(503).source_kind(), ErrorSource::Provider);
         let bad = LoadError::InvalidConfig {
             field: "calls",
             reason: "must be > 0".into(),
         };
         assert!(!bad.is_retryable());
-        assert_eq!(bad.source_kind(), ErrorSource::Config);
+        assert_eq!(bad.source_kind(), ErrorSource::Caller);
     }
 }

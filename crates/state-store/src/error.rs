@@ -6,17 +6,12 @@ use tokio_postgres::error::SqlState;
 
 use crate::ids::{CallId, OwnerEpoch};
 
-/// Where the cause of an error lies, so the caller can pick a response
-/// without matching on strings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorSource {
-    /// Postgres (the provider of state) is slow, down or refused the work.
-    Provider,
-    /// The caller of this crate asked for something invalid.
-    Caller,
-    /// This crate's own state or environment (migrations, local cluster).
-    Internal,
-}
+/// Where the cause of an error lies (see [`StoreError::source_kind`]):
+/// Postgres slow, down or refusing the work is [`ErrorSource::Provider`], an
+/// invalid request from this crate's caller [`ErrorSource::Caller`], this
+/// crate's own state or environment (migrations, the local cluster)
+/// [`ErrorSource::Internal`].
+pub use error_source::ErrorSource;
 
 /// Everything that can go wrong in `state-store`.
 #[derive(Debug, thiserror::Error)]

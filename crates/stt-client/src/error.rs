@@ -5,17 +5,12 @@ use std::time::Duration;
 
 use tokio_tungstenite::tungstenite;
 
-/// Who caused an error.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorSource {
-    /// The STT provider or the network to it.
-    Provider,
-    /// Our own configuration or use of the API (bad params, bad key, using a
-    /// closed session).
-    Caller,
-    /// A bug or resource problem inside this process.
-    Internal,
-}
+/// Who caused an error (see [`SttError::source_kind`]): the STT provider
+/// or the network to it is [`ErrorSource::Provider`], our own configuration
+/// or use of the API (bad params, bad key, a closed session)
+/// [`ErrorSource::Caller`], a bug or resource problem in this process
+/// [`ErrorSource::Internal`].
+pub use error_source::ErrorSource;
 
 /// Errors of opening and driving an STT session. Failures *during* a stream
 /// are not errors: they arrive as [`crate::SttEvent::Closed`].

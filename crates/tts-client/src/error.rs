@@ -4,17 +4,12 @@ use std::time::Duration;
 
 use crate::context::ContextId;
 
-/// Who is at fault, so the caller can choose between retry, failover and
-/// fixing its own code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorSource {
-    /// The TTS provider or the network to it.
-    Provider,
-    /// The caller used the API wrongly or is misconfigured.
-    Caller,
-    /// This process could not keep up.
-    Internal,
-}
+/// Who is at fault (see [`TtsError::source_kind`]), so the caller can
+/// choose between retry, failover and fixing its own code: the TTS provider
+/// or the network to it is [`ErrorSource::Provider`], a wrong use of the API
+/// or a misconfiguration [`ErrorSource::Caller`], this process not keeping
+/// up [`ErrorSource::Internal`].
+pub use error_source::ErrorSource;
 
 /// Everything that can go wrong in a TTS session.
 #[non_exhaustive]

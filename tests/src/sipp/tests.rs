@@ -3,6 +3,9 @@
 //! stand-in peer under `tests/sip/peers/`, which proves the files are
 //! valid, the flows complete, and the harness counts what happened.
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::rtp::parse_pcap;
 use super::*;
 
 fn secs(s: u64) -> Duration {

@@ -158,34 +158,13 @@ fn bare_word(token: &str) -> String {
         .to_lowercase()
 }
 
-/// Formats a wall-clock time as RFC 3339 UTC with milliseconds.
+/// Formats a wall-clock time as RFC 3339 UTC with milliseconds
+/// (`2023-11-14T22:13:20.250Z`, the sub-millisecond part truncated), as
+/// Deepgram's `created` reads; instants before 1970 print as the epoch.
 pub fn rfc3339_utc(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let secs = d.as_secs();
-    let (y, m, day) = civil_from_days((secs / 86_400) as i64);
-    let rem = secs % 86_400;
-    format!(
-        "{y:04}-{m:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3_600,
-        rem % 3_600 / 60,
-        rem % 60,
-        d.subsec_millis()
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (H. Hinnant's
-/// `civil_from_days`), so the simulator needs no date crate.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    // A clock past jiff's range (year 9999) is broken: clamp to its end.
+    let ts = jiff::Timestamp::try_from(t.max(UNIX_EPOCH)).unwrap_or(jiff::Timestamp::MAX);
+    format!("{ts:.3}")
 }
 
 #[cfg(test)]
@@ -207,6 +186,11 @@ mod tests {
             rfc3339_utc(at(4_107_542_399, 999)),
             "2100-02-28T23:59:59.999Z"
         );
+        // Microseconds are truncated, not rounded; before 1970 is the epoch.
+        let just_before = at(1, 0) - Duration::from_nanos(1);
+        assert_eq!(rfc3339_utc(just_before), "1970-01-01T00:00:00.999Z");
+        let early = UNIX_EPOCH - Duration::from_secs(86_400);
+        assert_eq!(rfc3339_utc(early), "1970-01-01T00:00:00.000Z");
     }
 
     #[test]
