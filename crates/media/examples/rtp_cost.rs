@@ -10,15 +10,20 @@
 //! The packets are the shapes a SIP leg sees: a 20 ms PCMU packet (12-byte
 //! header, 160 bytes), one with two CSRCs, an extension and padding, and
 //! the compound reports callgate writes and reads (SR or RR with one
-//! report block, then an SDES with a CNAME).
+//! report block, then an SDES with a CNAME). For scale, the last line is
+//! what a leg does with each inbound audio packet besides reading the
+//! socket: parse, receiver statistics, jitter-buffer push and a playout
+//! tick.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use media::rtp::jitter::{JitterBuffer, JitterConfig};
 use media::rtp::packet::{self, RtpHeader};
 use media::rtp::rtcp::{self, ReportBlock, SenderInfo};
+use media::rtp::stats::ReceiverStats;
 
 /// Counts allocations so that a call's heap use can be reported next to
 /// its time. Measuring is this example's only purpose; the library itself
@@ -160,5 +165,23 @@ fn main() {
         out.clear();
         rtcp::write_report(&mut out, None, 0xCAFE, &[block()], "leg-1@callgate");
         black_box(&out);
+    });
+
+    // One 20 ms packet per call, in order, on a virtual clock.
+    let (t0, mut k) = (Instant::now(), 0u32);
+    let mut jb = JitterBuffer::new(JitterConfig::default());
+    let mut rx = ReceiverStats::new(8_000);
+    let mut datagram = plain.clone();
+    measure("leg receive path (for scale)", 500_000, || {
+        k = k.wrapping_add(1);
+        datagram[2..4].copy_from_slice(&(k as u16).to_be_bytes());
+        datagram[4..8].copy_from_slice(&k.wrapping_mul(160).to_be_bytes());
+        let at = t0 + Duration::from_millis(20 * u64::from(k));
+        if let Ok(p) = packet::parse(black_box(&datagram)) {
+            let h = p.header;
+            rx.on_packet(h.sequence, h.timestamp, at);
+            black_box(jb.push(h.sequence, h.timestamp, p.payload, at));
+        }
+        black_box(jb.tick(at + Duration::from_millis(5)));
     });
 }
