@@ -6,7 +6,10 @@
 //! SDES, BYE; NTP time), [`stats`] (RFC 3550 receiver statistics into
 //! report blocks), [`jitter`] (inbound reordering, loss concealment and
 //! adaptive playout delay), [`sender`] (outbound packetization) and
-//! [`dtmf`] (telephone events in both directions).
+//! [`dtmf`] (telephone events in both directions). The wire bytes of RTP
+//! and RTCP are read and written by the `rtp-types` and `rtcp-types`
+//! crates; [`packet`] and [`rtcp`] say what stays ours and why. The jitter
+//! buffer, statistics, sender and DTMF are ours: they are not parsers.
 //!
 //! What it never does: open a socket, spawn a task, sleep or read the
 //! clock. Arrival and tick times come in as `Instant`s, wall-clock time for

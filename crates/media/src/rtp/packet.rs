@@ -1,14 +1,20 @@
 //! RTP packets (RFC 3550 section 5.1): parsing, writing and the RTP/RTCP
 //! demultiplexing rule of RFC 5761.
 //!
-//! [`parse`] accepts version 2 only, skips the CSRC list and any header
-//! extension, and strips padding after checking its count fits. Every
-//! length comes from the packet, so every length is checked before use: a
+//! The bytes are read and written by the `rtp-types` crate; this module
+//! gives callgate's callers the fields they use ([`RtpHeader`], a payload
+//! borrowed from the datagram) and names each refusal as the peer's fault
+//! ([`RtpError`]). [`parse`] accepts version 2 only, skips the CSRC list and
+//! any header extension, and strips padding after checking its count fits:
+//! every length comes from the packet and is checked before use, so a
 //! malformed packet is an [`RtpError`], never a panic or an out-of-bounds
-//! read. [`write()`] produces the only header shape callgate sends: 12 bytes,
-//! no padding, no extension, no CSRCs.
+//! read. [`write()`] produces the only header shape callgate sends: 12
+//! bytes, no padding, no extension, no CSRCs. [`is_rtcp`] is ours: neither
+//! crate demultiplexes.
 
 use std::fmt;
+
+use rtp_types::{RtpPacketBuilder, RtpParseError};
 
 /// The only RTP version there is (RFC 3550).
 pub const RTP_VERSION: u8 = 2;
@@ -86,77 +92,72 @@ impl std::error::Error for RtpError {}
 /// [`RtpError`] when the datagram is not version 2 or any of its lengths
 /// (CSRC count, extension length, padding count) does not fit.
 pub fn parse(buf: &[u8]) -> Result<RtpPacket<'_>, RtpError> {
-    let fixed: &[u8; HEADER_LEN] = buf
-        .first_chunk()
-        .ok_or(RtpError::TooShort { len: buf.len() })?;
-    let version = fixed[0] >> 6;
-    if version != RTP_VERSION {
-        return Err(RtpError::BadVersion(version));
-    }
-    let padded = fixed[0] & 0x20 != 0;
-    let extended = fixed[0] & 0x10 != 0;
-    let csrcs = usize::from(fixed[0] & 0x0F);
-    let mut start = HEADER_LEN + 4 * csrcs;
-    if start > buf.len() {
-        return Err(RtpError::CsrcOverrun);
-    }
-    if extended {
-        start = skip_extension(buf, start)?;
-    }
-    let end = if padded {
-        strip_padding(buf, start)?
-    } else {
-        buf.len()
-    };
+    let p = rtp_types::RtpPacket::parse(buf).map_err(|e| refusal(buf, e))?;
+    // The crate's `payload()` borrows the parsed view, not the datagram:
+    // cut the same range out of `buf` so the payload outlives the view.
+    let (start, padding) = (p.payload_offset(), p.padding().unwrap_or(0));
     Ok(RtpPacket {
-        header: header_fields(fixed),
-        payload: &buf[start..end],
+        header: RtpHeader {
+            marker: p.marker_bit(),
+            payload_type: p.payload_type(),
+            sequence: p.sequence_number(),
+            timestamp: p.timestamp(),
+            ssrc: p.ssrc(),
+        },
+        payload: &buf[start..buf.len() - usize::from(padding)],
     })
 }
 
-/// The header fields of a fixed header whose version was checked.
-fn header_fields(fixed: &[u8; HEADER_LEN]) -> RtpHeader {
-    RtpHeader {
-        marker: fixed[1] & 0x80 != 0,
-        payload_type: fixed[1] & 0x7F,
-        sequence: u16::from_be_bytes([fixed[2], fixed[3]]),
-        timestamp: u32::from_be_bytes([fixed[4], fixed[5], fixed[6], fixed[7]]),
-        ssrc: u32::from_be_bytes([fixed[8], fixed[9], fixed[10], fixed[11]]),
+/// Our name for the crate's refusal of `buf`. The crate reports a cut-off
+/// packet as the byte count it needed; the header section ending there is
+/// what ran past the datagram. It checks the sections in wire order (fixed
+/// header, CSRCs, extension header and words, padding), so the first
+/// section whose end reaches that count is the one at fault.
+fn refusal(buf: &[u8], e: RtpParseError) -> RtpError {
+    let (expected, len) = match e {
+        RtpParseError::UnsupportedVersion(v) => return RtpError::BadVersion(v),
+        RtpParseError::PaddingInvalid(_) => return RtpError::BadPadding,
+        RtpParseError::Truncated { expected, actual } => (expected, actual),
+    };
+    if len < HEADER_LEN {
+        return RtpError::TooShort { len };
+    }
+    let csrc_end = HEADER_LEN + 4 * usize::from(buf[0] & 0x0F);
+    if expected <= csrc_end {
+        RtpError::CsrcOverrun
+    } else if buf[0] & 0x10 != 0 && expected <= extension_end(buf, csrc_end) {
+        RtpError::ExtensionOverrun
+    } else {
+        RtpError::BadPadding
     }
 }
 
-/// Where the payload starts after the extension at `at` (a 16-bit profile
-/// field and a 16-bit length in 32-bit words, then the words).
-fn skip_extension(buf: &[u8], at: usize) -> Result<usize, RtpError> {
-    let head = buf.get(at..at + 4).ok_or(RtpError::ExtensionOverrun)?;
-    let words = usize::from(u16::from_be_bytes([head[2], head[3]]));
-    let end = at + 4 + 4 * words;
-    if end > buf.len() {
-        return Err(RtpError::ExtensionOverrun);
+/// Where the extension starting at `at` ends (a 16-bit profile field and
+/// a 16-bit length in 32-bit words, then the words), or the end of its
+/// 4-byte header when that is already cut off.
+fn extension_end(buf: &[u8], at: usize) -> usize {
+    match buf.get(at + 2..at + 4) {
+        Some(&[hi, lo]) => at + 4 + 4 * usize::from(u16::from_be_bytes([hi, lo])),
+        _ => at + 4,
     }
-    Ok(end)
-}
-
-/// Where the payload ends: the last byte counts the padding, itself
-/// included, which must fit after `start`.
-fn strip_padding(buf: &[u8], start: usize) -> Result<usize, RtpError> {
-    let count = usize::from(*buf.last().ok_or(RtpError::BadPadding)?);
-    if count == 0 || count > buf.len() - start {
-        return Err(RtpError::BadPadding);
-    }
-    Ok(buf.len() - count)
 }
 
 /// Appends a 12-byte header (version 2, no padding, extension or CSRCs)
 /// and `payload` to `out`. Only the low 7 bits of `payload_type` are sent.
 pub fn write(h: &RtpHeader, payload: &[u8], out: &mut Vec<u8>) {
     out.reserve(HEADER_LEN + payload.len());
-    out.push(RTP_VERSION << 6);
-    out.push(u8::from(h.marker) << 7 | (h.payload_type & 0x7F));
-    out.extend_from_slice(&h.sequence.to_be_bytes());
-    out.extend_from_slice(&h.timestamp.to_be_bytes());
-    out.extend_from_slice(&h.ssrc.to_be_bytes());
-    out.extend_from_slice(payload);
+    // Unchecked: the crate's checks (payload type below 128, at most 15
+    // CSRCs, padding non-zero, extension words whole) hold by construction
+    // for this header shape, and the checked call would only add a
+    // `Result` that is never an error.
+    RtpPacketBuilder::<&[u8], &[u8]>::new()
+        .marker_bit(h.marker)
+        .payload_type(h.payload_type & 0x7F)
+        .sequence_number(h.sequence)
+        .timestamp(h.timestamp)
+        .ssrc(h.ssrc)
+        .payload(payload)
+        .write_into_vec_unchecked(out);
 }
 
 /// RFC 5761 section 4 demultiplexing: a version-2 datagram whose second

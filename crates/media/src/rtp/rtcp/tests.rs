@@ -229,3 +229,86 @@ fn round_trip_follows_the_rfc_example() {
     assert_eq!(round_trip(&b, 0x0000_B705_2000_0000), None, "negative");
     assert_eq!(round_trip(&ReportBlock { last_sr: 0, ..b }, arrival), None);
 }
+
+/// Why the walk, the padding and count checks and the BYE source list
+/// stay ours (the module docs say so): datagrams on which `rtcp-types`'
+/// own checks and ours part. Should the crate change its mind, this test
+/// says which part could move to it.
+#[test]
+fn where_the_crates_checks_part_from_ours() {
+    use rtcp_types::{Bye, Compound, ReceiverReport, RtcpParseError};
+    let rr_9 = RtcpPacket::ReceiverReport {
+        ssrc: 9,
+        reports: vec![],
+    };
+    let crate_refuses_a_packet = |buf: &[u8]| match Compound::parse(buf) {
+        Err(_) => true,
+        Ok(packets) => packets.into_iter().any(|p| p.is_err()),
+    };
+
+    // Padding on the first of two packets: ours accepts it, the crate's
+    // compound walk refuses it.
+    #[rustfmt::skip]
+    let padded_first = [
+        0xA0, 201, 0, 2, 0, 0, 0, 9, 0, 0, 0, 4, // RR, 4 bytes of padding
+        0x81, 202, 0, 2, 0, 0, 0, 9, 1, 0, 0, 0, // SDES, empty CNAME
+    ];
+    assert_eq!(
+        parse_compound(&padded_first),
+        Ok(vec![rr_9.clone(), RtcpPacket::Sdes])
+    );
+    assert_eq!(
+        Compound::parse(&padded_first).map(|_| ()),
+        Err(RtcpParseError::InvalidPadding)
+    );
+
+    // An SDES item or an APP packet cut short: packets we never read, so
+    // the SR or RR beside them still counts; the crate refuses them.
+    #[rustfmt::skip]
+    let odd_sdes = [
+        0x80, 201, 0, 1, 0, 0, 0, 9,
+        0x81, 202, 0, 2, 0, 0, 0, 9, 1, 200, 0, 0, // CNAME of 200 bytes in 2
+    ];
+    assert_eq!(
+        parse_compound(&odd_sdes),
+        Ok(vec![rr_9.clone(), RtcpPacket::Sdes])
+    );
+    assert!(crate_refuses_a_packet(&odd_sdes));
+    let short_app = [0x80, 201, 0, 1, 0, 0, 0, 9, 0x80, 204, 0, 1, 0, 0, 0, 9];
+    assert_eq!(
+        parse_compound(&short_app),
+        Ok(vec![rr_9.clone(), RtcpPacket::Other { packet_type: 204 }])
+    );
+    assert!(crate_refuses_a_packet(&short_app));
+
+    // A BYE whose reason runs past the packet: we read its sources, the
+    // crate refuses it.
+    let long_reason = [0x81, 203, 0, 2, 0, 0, 0, 1, 10, b'x', b'y', b'z'];
+    assert_eq!(
+        parse_compound(&long_reason),
+        Ok(vec![RtcpPacket::Bye { ssrcs: vec![1] }])
+    );
+    assert!(Bye::parse(&long_reason).is_err());
+
+    // Padding longer than the body, and padding inside the one report
+    // block the count promises: the crate's RR parser takes both (the
+    // second with the padding bytes as the block's last word).
+    let over_padded = [0xA0, 201, 0, 2, 0, 0, 0, 9, 0, 0, 0, 9];
+    assert_eq!(
+        parse_compound(&over_padded),
+        Err(RtcpError::BadPadding { packet_type: RR })
+    );
+    assert!(ReceiverReport::parse(&over_padded).is_ok());
+    let mut padded_block = vec![0xA1, 201, 0, 7, 0, 0, 0, 9];
+    padded_block.extend([0; 20]);
+    padded_block.extend([0, 0, 0, 4]);
+    assert_eq!(
+        parse_compound(&padded_block),
+        Err(RtcpError::CountOverrun {
+            packet_type: RR,
+            count: 1
+        })
+    );
+    let rr = ReceiverReport::parse(&padded_block).expect("the crate accepts it");
+    assert_eq!(rr.report_blocks().count(), 1);
+}
