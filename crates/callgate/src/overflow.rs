@@ -1,5 +1,5 @@
 //! The overflow path: where every refused or failed call goes instead of
-//! silence (DESIGN.md principle 1).
+//! silence (docs/design.md principle 1).
 //!
 //! It plays the bundled "high call volume" prompt — no provider needed — on
 //! any leg, then finishes the leg with a transfer (Twilio: close 1000 so the

@@ -150,7 +150,7 @@ fn warn_if_admin_is_loopback_only(addr: SocketAddr, cfg: &Config) {
 }
 
 /// Ingresses that accept calls from anyone who can reach the listener:
-/// said loudly at startup (DESIGN: control surfaces closed by default).
+/// said loudly at startup (docs/design.md, "Closed by default").
 fn warn_if_ingress_is_open(addr: SocketAddr, cfg: &Config) {
     let exposed = !addr.ip().to_canonical().is_loopback();
     let unset = |s: &Option<String>| s.as_deref().is_none_or(str::is_empty);

@@ -1,6 +1,7 @@
-//! Turning a stream of results into whole caller utterances (PROTOCOLS.md
-//! §2.3): final segments are concatenated until the provider marks the end
-//! of speech, and the utterance is yielded exactly once.
+//! Turning a stream of results into whole caller utterances
+//! (docs/protocols.md §2.3): final segments are concatenated until the
+//! provider marks the end of speech, and the utterance is yielded exactly
+//! once.
 
 use crate::event::SttEvent;
 

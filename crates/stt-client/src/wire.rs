@@ -87,7 +87,7 @@ fn results(v: &Value) -> Transcript {
     Transcript {
         text: text(&alt, "transcript").unwrap_or_default(),
         is_final: flag(v, "is_final"),
-        // May be absent: default false (PROTOCOLS.md §2.3).
+        // May be absent: default false (docs/protocols.md §2.3).
         speech_final: flag(v, "speech_final"),
         from_finalize: flag(v, "from_finalize"),
         start: num(v, "start"),

@@ -1,5 +1,5 @@
 //! Opening a call's four connections in parallel, each with its own deadline
-//! (DESIGN.md principle 3). Whatever opened is released if anything fails.
+//! (docs/design.md principle 3). Whatever opened is released if anything fails.
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! The per-call watchdog (DESIGN.md principle 5: nothing hangs silently).
+//! The per-call watchdog (docs/design.md principle 5: nothing hangs silently).
 //!
 //! Sans-IO: the call actor tells it what happened (`reply_owed`,
 //! `reply_audible`, `caller_speech_ended`, `transcript_final`, `media_seen`)

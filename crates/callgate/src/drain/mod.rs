@@ -1,7 +1,7 @@
 //! Draining: stop admitting, let calls finish or hand them over, end the
 //! rest at a deadline, and say what happened.
 //!
-//! Sequence (DESIGN.md "Drain"): [`begin`] closes the gate at once — from
+//! Sequence (docs/design.md "Drain"): [`begin`] closes the gate at once — from
 //! its return on `/readyz` answers 503, the HAProxy agent says `drain`, SIP
 //! OPTIONS answers 503, queued callers are woken with `draining` and take
 //! their ingress's overflow path — and records `draining` in

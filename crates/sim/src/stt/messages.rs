@@ -1,5 +1,5 @@
 //! The JSON messages the simulator sends, with Deepgram's exact key names
-//! (PROTOCOLS.md §2.3), and the small helpers that fill them.
+//! (docs/protocols.md §2.3), and the small helpers that fill them.
 
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};

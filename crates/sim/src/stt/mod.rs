@@ -1,6 +1,6 @@
 //! A Deepgram-compatible live transcription server (`GET /v1/listen`).
 //!
-//! Speaks Deepgram's live-streaming protocol (PROTOCOLS.md §2) closely
+//! Speaks Deepgram's live-streaming protocol (docs/protocols.md §2) closely
 //! enough that pointing callgate at the real service is a URL and key
 //! change: query-string configuration, `Authorization: Token <key>`, HTTP
 //! 400/401/429 refusals instead of a 101, `Results` / `SpeechStarted` /

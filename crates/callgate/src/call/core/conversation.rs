@@ -103,7 +103,7 @@ impl CallCore {
     }
 
     /// The caller spoke over the bot: stop output in this very step
-    /// (DESIGN.md principle 6) — pacer cleared, the leg's queue cleared,
+    /// (docs/design.md principle 6) — pacer cleared, the leg's queue cleared,
     /// the TTS context cancelled, the dialog told what was heard, the
     /// turn's non-privileged tools cancelled. Late audio of the cancelled
     /// context is dropped as stale.
@@ -145,7 +145,7 @@ impl CallCore {
         }
     }
 
-    /// Tool policy (DESIGN.md principle 7): an interrupted turn's answer no
+    /// Tool policy (docs/design.md principle 7): an interrupted turn's answer no
     /// longer matters, so its non-privileged tools are cancelled; privileged
     /// ones act for the caller (a booking) and run to completion so the
     /// dialog learns what really happened.
