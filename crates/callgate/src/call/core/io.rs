@@ -1,0 +1,129 @@
+//! The core's inputs, commands and records: what the shell feeds it and
+//! what it asks the shell to do.
+
+use std::time::{Duration, Instant};
+
+use dialog_grpc::{DialogEvent, ToolCallId, TurnId};
+use state_store::{Speaker, Stage};
+use stt_client::SttEvent;
+use tts_client::{ContextId, TtsEvent};
+
+use super::BargeInConfig;
+use super::ToolOutcome;
+use crate::call::watchdog::WatchdogConfig;
+use crate::leg::{LegEvent, LegFormat};
+
+/// What the core needs to know, fixed for the call.
+#[derive(Debug, Clone, Copy)]
+pub struct CoreConfig {
+    pub format: LegFormat,
+    /// How far ahead of real time outbound audio is released.
+    pub lead: Duration,
+    /// After the final marker was sent, how long the leg has to report it.
+    pub final_mark_grace: Duration,
+    pub max_duration: Duration,
+    pub watchdog: WatchdogConfig,
+    /// Silence that ends caller speech for the local VAD.
+    pub vad_min_silence_ms: u32,
+    pub barge_in: BargeInConfig,
+}
+
+/// Something that happened to the call.
+#[derive(Debug)]
+pub enum Input {
+    Leg(LegEvent),
+    Stt(SttEvent),
+    Dialog(DialogEvent),
+    Tts(TtsEvent),
+    Tool(ToolOutcome),
+    /// A drain with policy `transfer` started: hand over at the next turn
+    /// boundary.
+    DrainTransfer,
+    /// The drain was cancelled (`POST /admin/undrain`).
+    DrainCancelled,
+    /// The drain deadline passed.
+    DrainDeadline,
+    /// Another instance closed this call's record (`owner_lost`) while this
+    /// one was paused or cut off: it is no longer the call's owner.
+    OwnershipLost,
+    /// Only time passed (a deadline the core asked for).
+    Tick,
+}
+
+/// Something the shell must do. Every command is a non-blocking send.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// One 20 ms frame of audio to the leg.
+    Play(Vec<u8>),
+    Mark(String),
+    Clear,
+    SttAudio(Vec<u8>),
+    SttFinalize,
+    TtsOpen(ContextId),
+    TtsText(ContextId, String),
+    TtsFlush(ContextId),
+    TtsClose(ContextId),
+    TtsCancel(ContextId),
+    DialogTurn(TurnId, String),
+    DialogInterrupt(TurnId, String),
+    DialogDtmf(char),
+    DialogToolResult {
+        id: ToolCallId,
+        result_json: String,
+        is_error: bool,
+    },
+    ToolStart {
+        id: ToolCallId,
+        turn: TurnId,
+        name: String,
+        arguments_json: String,
+        privileged: bool,
+    },
+    ToolCancel(ToolCallId),
+    Record(Rec),
+}
+
+/// A write for the call's ledger (performed through the write-behind queue).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rec {
+    Stage(Stage, Instant),
+    Turn {
+        speaker: Speaker,
+        text: String,
+        span: (Instant, Instant),
+        interrupted: bool,
+    },
+    Event {
+        kind: String,
+        detail: serde_json::Value,
+        at: Instant,
+    },
+    Slot {
+        name: String,
+        value: String,
+        at: Instant,
+    },
+    Escalation {
+        reason: String,
+        at: Instant,
+    },
+}
+
+/// Interaction counters for the receipt.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Interaction {
+    pub user_turns: u64,
+    pub bot_turns: u64,
+    /// Barge-ins committed: the bot's turn was cut and the dialog told.
+    pub interruptions: u64,
+    /// Times the bot's output was paused on the caller's voice.
+    pub barge_in_pauses: u64,
+    /// Pauses taken back (no words came): false barge-ins.
+    pub false_barge_ins: u64,
+    /// Longest speech onset → `clear` performed, µs (when one was sent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub barge_in_stop_max_us: Option<u64>,
+    pub stale_dialog_events: u64,
+    pub stale_tts_audio_chunks: u64,
+    pub max_reply_latency_ms: u64,
+}
