@@ -231,8 +231,7 @@ pub trait Leg: Send + 'static {
     }
 
     /// Whether audio played now reaches the caller (a SIP call that is not
-    /// answered yet has no media: queued callers hear their own network's
-    /// ringback after `180 Ringing`, not hold audio).
+    /// answered yet has no media: queued callers get no hold audio).
     fn has_media(&self) -> bool {
         true
     }
