@@ -12,7 +12,7 @@
 //! 2. **Wire types stay in their carrier's home.** Outside `carrier/`,
 //!    no file names a carrier's wire module or the SIP stack.
 //! 3. **Repository rules**: no Rust file over 800 lines, nothing tracked
-//!    pointing at `../shared`.
+//!    pointing outside the repository (the steering notes beside it).
 //!
 //! The scanner strips comments and string literals and reads paths
 //! lexically; it does not resolve `use` re-exports, so a module that
@@ -443,7 +443,7 @@ fn repository_rules_hold() {
 }
 
 /// Files (other than build output and git's own) whose text points at
-/// `../shared`, which a person who clones callgate does not have. In Rust
+/// the steering notes beside the repository, which a person who clones callgate does not have. In Rust
 /// files only code counts: this file names the rule in its comments.
 fn pointers_outside(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
@@ -467,7 +467,7 @@ fn pointers_outside(root: &Path) -> Vec<String> {
                 text
             };
             if text.contains(concat!("..", "/shared")) {
-                out.push(format!("{}: points at ../shared", path.display()));
+                out.push(format!("{}: points outside the repository", path.display()));
             }
         }
     }
