@@ -315,7 +315,7 @@ impl Harness {
             self.sims.stt.stats().open_sessions,
             self.sims.tts.stats().open_sessions + self.sims.cartesia.stats().open_sessions,
             self.sims.dialog.stats().open_sessions,
-            self.server.app.gate.snapshot().active as u64,
+            self.server.app.call.gate.snapshot().active as u64,
         ]
     }
 

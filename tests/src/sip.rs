@@ -99,7 +99,7 @@ pub async fn refusals(h: &Harness, n: usize) -> Vec<String> {
 pub async fn assert_all_free(h: &Harness) {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let active = h.server.app.gate.snapshot().active;
+        let active = h.server.app.call.gate.snapshot().active;
         let ports = ports_in_use(h);
         if active == 0 && ports == 0 {
             return;

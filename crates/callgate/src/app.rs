@@ -1,5 +1,19 @@
-//! Process-wide state shared by every call: configuration, the admission
-//! gate, the store and its write-behind queue, the dialog client, counters.
+//! Process-wide state, as two handles.
+//!
+//! - [`CallServices`] is what a call needs, and all the call path
+//!   (`carrier/*`, `ingress`, `overflow`, `call`) is given: the current
+//!   configuration, the admission gate, the store and its write-behind
+//!   queue, refusal records, the dialog client, the HTTP client for tools
+//!   and webhooks, the drain's orders, the call task tracker, the phase
+//!   counters and the registry of live calls.
+//! - [`App`] is what operations need (`http`'s admin routes, `server`,
+//!   `drain`, `ownership`, `reconcile`, `agent`, `retention`, `sessions`,
+//!   `audit_http`): the call handle plus what only operations read — the
+//!   configuration file's path, the Prometheus handle, what the balancer
+//!   was last told, the reconciler's latest tick.
+//!
+//! The call path never holds an [`App`], so nothing in a call can reach
+//! the metrics exporter, the routing report or the reconciler's state.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,11 +27,9 @@ use tokio_util::task::TaskTracker;
 use crate::config::{Config, MaxCalls, ms};
 use crate::leg::LegFormat;
 
-/// Shared state. One per server; calls hold an `Arc<App>`.
-pub struct App {
+/// What a call needs. One per server, shared by `Arc`.
+pub struct CallServices {
     cfg: RwLock<Arc<Config>>,
-    /// Where `reload` reads the configuration from (None: defaults + env).
-    pub config_path: Option<PathBuf>,
     pub gate: Gate,
     pub store: state_store::Store,
     pub writes: state_store::WriteBehind,
@@ -26,16 +38,23 @@ pub struct App {
     pub dialog: dialog_grpc::DialogClient,
     /// For tool calls and the overflow webhook.
     pub http: reqwest::Client,
-    pub metrics: PrometheusHandle,
     /// The drain: its plan, and the orders every call watches.
     pub drain: crate::drain::plan::Drain,
     /// Every call task, so a drain can wait for them all.
-    pub calls: TaskTracker,
-    pub counters: Counters,
-    /// What the load balancer was last told (`routing_reported_sessions`).
-    pub routing: crate::reconcile::RoutingReport,
+    pub tasks: TaskTracker,
+    pub counters: Arc<Counters>,
     /// The calls running here, by id, for reconciliation receipts.
     pub live: crate::reconcile::LiveCalls,
+}
+
+/// What operations need: the call handle, and what only they read.
+pub struct App {
+    pub call: Arc<CallServices>,
+    /// Where `reload` reads the configuration from (None: defaults + env).
+    pub config_path: Option<PathBuf>,
+    pub metrics: PrometheusHandle,
+    /// What the load balancer was last told (`routing_reported_sessions`).
+    pub routing: crate::reconcile::RoutingReport,
     /// The reconciler's latest tick, for `/admin/status`.
     pub reconcile: crate::reconcile::latest::Latest,
 }
@@ -78,40 +97,40 @@ impl Drop for Gauge<'_> {
     }
 }
 
-/// A [`Gauge`] that owns its share of the app, for guards that live in a
-/// struct next to the `Arc<App>` (the call's `speaking` gauge).
+/// A [`Gauge`] that owns its counters, for guards that live in a struct
+/// (the call's `speaking` gauge).
 #[must_use]
 pub struct OwnedGauge {
-    app: Arc<App>,
+    counters: Arc<Counters>,
     pick: fn(&Counters) -> &AtomicU64,
 }
 
 impl OwnedGauge {
     /// Counts one more call whose bot is speaking, until dropped.
-    pub fn speaking(app: Arc<App>) -> Self {
-        Self::hold(app, |c| &c.speaking)
+    pub fn speaking(counters: Arc<Counters>) -> Self {
+        Self::hold(counters, |c| &c.speaking)
     }
 
     /// Counts one more call with a tool running, until dropped.
-    pub fn delegating(app: Arc<App>) -> Self {
-        Self::hold(app, |c| &c.delegating)
+    pub fn delegating(counters: Arc<Counters>) -> Self {
+        Self::hold(counters, |c| &c.delegating)
     }
 
     /// Counts one more call reconnecting a provider or handing off, until
     /// dropped.
-    pub fn recovering(app: Arc<App>) -> Self {
-        Self::hold(app, |c| &c.recovering)
+    pub fn recovering(counters: Arc<Counters>) -> Self {
+        Self::hold(counters, |c| &c.recovering)
     }
 
-    fn hold(app: Arc<App>, pick: fn(&Counters) -> &AtomicU64) -> Self {
-        pick(&app.counters).fetch_add(1, Ordering::Relaxed);
-        OwnedGauge { app, pick }
+    fn hold(counters: Arc<Counters>, pick: fn(&Counters) -> &AtomicU64) -> Self {
+        pick(&counters).fetch_add(1, Ordering::Relaxed);
+        OwnedGauge { counters, pick }
     }
 }
 
 impl Drop for OwnedGauge {
     fn drop(&mut self) {
-        (self.pick)(&self.app.counters).fetch_sub(1, Ordering::Relaxed);
+        (self.pick)(&self.counters).fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -131,41 +150,57 @@ impl App {
             .connect_timeout(Duration::from_secs(2))
             .pool_idle_timeout(Duration::from_secs(30))
             .build()?;
-        Ok(App {
+        let call = CallServices {
             cfg: RwLock::new(Arc::new(cfg)),
-            config_path,
             gate,
             store,
             writes,
             refusals,
             dialog,
             http,
-            metrics,
             drain: crate::drain::plan::Drain::default(),
-            calls: TaskTracker::new(),
-            counters: Counters::default(),
-            routing: crate::reconcile::RoutingReport::default(),
+            tasks: TaskTracker::new(),
+            counters: Arc::default(),
             live: crate::reconcile::LiveCalls::default(),
+        };
+        Ok(App {
+            call: Arc::new(call),
+            config_path,
+            metrics,
+            routing: crate::reconcile::RoutingReport::default(),
             reconcile: crate::reconcile::latest::Latest::default(),
         })
     }
 
     /// The current configuration.
     pub fn cfg(&self) -> Arc<Config> {
+        self.call.cfg()
+    }
+
+    pub fn instance(&self) -> String {
+        self.call.instance()
+    }
+
+    /// Replaces the configuration and re-derives admission capacity (a
+    /// reload). Calls in progress are untouched; a lower capacity only stops
+    /// new admissions.
+    pub fn apply(&self, cfg: Config) {
+        let call = &self.call;
+        call.gate.set_config(gate_config(&cfg), Instant::now());
+        let cfg = Arc::new(cfg);
+        match call.cfg.write() {
+            Ok(mut g) => *g = cfg,
+            Err(poisoned) => *poisoned.into_inner() = cfg,
+        }
+    }
+}
+
+impl CallServices {
+    /// The current configuration.
+    pub fn cfg(&self) -> Arc<Config> {
         match self.cfg.read() {
             Ok(g) => Arc::clone(&g),
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
-        }
-    }
-
-    /// Replaces the configuration and re-derives admission capacity. Calls in
-    /// progress are untouched; a lower capacity only stops new admissions.
-    pub fn apply(&self, cfg: Config) {
-        self.gate.set_config(gate_config(&cfg), Instant::now());
-        let cfg = Arc::new(cfg);
-        match self.cfg.write() {
-            Ok(mut g) => *g = cfg,
-            Err(poisoned) => *poisoned.into_inner() = cfg,
         }
     }
 

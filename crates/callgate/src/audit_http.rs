@@ -91,7 +91,7 @@ pub fn render_json(violations: &[Violation], checked_at: SystemTime) -> serde_js
 /// audit could not run.
 pub async fn get_audit(State(app): State<Arc<App>>) -> Response {
     let now = SystemTime::now();
-    match audit::run(&app.store, params(&app.cfg(), now)).await {
+    match audit::run(&app.call.store, params(&app.cfg(), now)).await {
         Ok(found) => Json(render_json(&found, now)).into_response(),
         Err(e) => {
             warn!(error = %e, "audit failed");
@@ -126,7 +126,7 @@ pub async fn record_started(
 /// closed, so every call admitted before the stamp was admitted legally.
 pub fn record_draining(app: &App, detail: serde_json::Value) {
     let at = SystemTime::now();
-    let store = app.store.clone();
+    let store = app.call.store.clone();
     let Ok(rt) = tokio::runtime::Handle::try_current() else {
         warn!("no runtime: the drain's start is not recorded in instance_events");
         return;
@@ -148,9 +148,11 @@ pub fn record_draining(app: &App, detail: serde_json::Value) {
 /// # Errors
 /// A short reason when the write failed or timed out (the detail is logged).
 pub async fn record_undrained(app: &App, detail: serde_json::Value) -> Result<(), &'static str> {
-    let write =
-        app.store
-            .record_instance_event(InstanceEventKind::Undrained, SystemTime::now(), detail);
+    let write = app.call.store.record_instance_event(
+        InstanceEventKind::Undrained,
+        SystemTime::now(),
+        detail,
+    );
     match tokio::time::timeout(DECLARATION_TIMEOUT, write).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => {

@@ -40,7 +40,7 @@ pub fn router(app: Arc<App>, carriers: &Carriers) -> Router {
             admin_guard,
         ));
     Router::new()
-        .merge(carriers.routes())
+        .merge(carriers.routes().with_state(Arc::clone(&app.call)))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
@@ -55,7 +55,7 @@ async fn healthz() -> &'static str {
 
 /// Readiness: fails while draining so load balancers stop sending calls.
 async fn readyz(State(app): State<Arc<App>>) -> Response {
-    let snap = app.gate.snapshot();
+    let snap = app.call.gate.snapshot();
     let body = serde_json::json!({
         "status": if snap.draining { "draining" } else { "ready" },
         "active": snap.active,
@@ -80,17 +80,18 @@ async fn metrics_text(State(app): State<Arc<App>>) -> Response {
 }
 
 fn refresh_gauges(app: &App) {
-    let snap = app.gate.snapshot();
+    let snap = app.call.gate.snapshot();
     metrics::gauge!(m::CALLS_ACTIVE).set(snap.active as f64);
     metrics::gauge!(m::CALLS_QUEUED).set(snap.queued as f64);
     metrics::gauge!(m::CAPACITY).set(f64::from(snap.capacity));
     metrics::gauge!(m::DRAINING).set(if snap.draining { 1.0 } else { 0.0 });
     metrics::gauge!("callgate_calls_overflowing")
-        .set(Counters::get(&app.counters.overflowing) as f64);
+        .set(Counters::get(&app.call.counters.overflowing) as f64);
     metrics::gauge!("callgate_calls_setting_up")
-        .set(Counters::get(&app.counters.setting_up) as f64);
-    metrics::gauge!("callgate_calls_speaking").set(Counters::get(&app.counters.speaking) as f64);
-    let pool = app.store.pool_status();
+        .set(Counters::get(&app.call.counters.setting_up) as f64);
+    metrics::gauge!("callgate_calls_speaking")
+        .set(Counters::get(&app.call.counters.speaking) as f64);
+    let pool = app.call.store.pool_status();
     metrics::gauge!("callgate_db_pool_size").set(pool.size as f64);
     metrics::gauge!("callgate_db_pool_available").set(pool.available as f64);
     metrics::gauge!("callgate_db_pool_waiting").set(pool.waiting as f64);
@@ -100,7 +101,7 @@ fn refresh_gauges(app: &App) {
 
 /// Committed pressure and its unweighted components.
 fn refresh_pressure_gauges(app: &App) {
-    let p = crate::reconcile::pressure::view(app);
+    let p = crate::reconcile::pressure::view(&app.call);
     metrics::gauge!(m::PRESSURE).set(p.score);
     metrics::gauge!(m::PRESSURE_WEIGHTS_VERSION).set(f64::from(p.weights_version));
     for (component, n) in [
@@ -186,9 +187,9 @@ async fn admin_guard(State(app): State<Arc<App>>, request: Request, next: Next) 
 /// set it, committed pressure, and the three session counters with their
 /// ages (unknown: `null` with `"known": false`) and divergences.
 async fn status(State(app): State<Arc<App>>) -> Response {
-    let snap = app.gate.snapshot();
-    let pool = app.store.pool_status();
-    let pressure = crate::reconcile::pressure::view(&app);
+    let snap = app.call.gate.snapshot();
+    let pool = app.call.store.pool_status();
+    let pressure = crate::reconcile::pressure::view(&app.call);
     let weights = app.cfg().pressure.weights();
     let reconcile = app.reconcile.to_json(Instant::now());
     Json(serde_json::json!({
@@ -233,12 +234,12 @@ async fn status(State(app): State<Arc<App>>) -> Response {
             "released_total": snap.released_total,
         },
         "calls": {
-            "setting_up": Counters::get(&app.counters.setting_up),
-            "overflowing": Counters::get(&app.counters.overflowing),
-            "speaking": Counters::get(&app.counters.speaking),
+            "setting_up": Counters::get(&app.call.counters.setting_up),
+            "overflowing": Counters::get(&app.call.counters.overflowing),
+            "speaking": Counters::get(&app.call.counters.speaking),
         },
         "db_pool": { "size": pool.size, "available": pool.available, "waiting": pool.waiting },
-        "write_backlog": app.writes.backlog(),
+        "write_backlog": app.call.writes.backlog(),
     }))
     .into_response()
 }
@@ -255,7 +256,7 @@ async fn reload(State(app): State<Arc<App>>) -> Response {
 pub fn reload_config(app: &App) -> anyhow::Result<serde_json::Value> {
     let cfg = crate::config::Config::load(app.config_path.as_deref())?;
     app.apply(cfg);
-    let snap = app.gate.snapshot();
+    let snap = app.call.gate.snapshot();
     info!(capacity = snap.capacity, decided_by = %snap.decided_by, active = snap.active, "configuration reloaded");
     Ok(
         serde_json::json!({ "capacity": snap.capacity, "decided_by": snap.decided_by.to_string(), "active": snap.active }),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use media::pacer::{Paced, Pacer};
 use tracing::{info, warn};
 
-use crate::app::{App, Gauge};
+use crate::app::{CallServices, Gauge};
 use crate::config::ms;
 use crate::leg::{Cause, Finish, Leg, LegEvent};
 use crate::metrics as m;
@@ -57,7 +57,11 @@ impl OverflowCall<'_> {
 }
 
 /// Plays the prompt, finishes the leg with a transfer, notifies the webhook.
-pub async fn run<L: Leg>(app: &App, mut leg: L, call: OverflowCall<'_>) -> OverflowOutcome {
+pub async fn run<L: Leg>(
+    app: &CallServices,
+    mut leg: L,
+    call: OverflowCall<'_>,
+) -> OverflowOutcome {
     let _gauge = Gauge::hold(&app.counters.overflowing);
     let started = Instant::now();
     let cfg = app.cfg();
@@ -150,7 +154,7 @@ async fn play(
 }
 
 /// Fire-and-forget POST to the configured webhook, bounded by its timeout.
-fn notify_webhook(app: &App, call: &OverflowCall<'_>) {
+fn notify_webhook(app: &CallServices, call: &OverflowCall<'_>) {
     let cfg = app.cfg();
     let Some(url) = cfg.overflow.webhook_url.clone().filter(|u| !u.is_empty()) else {
         return;

@@ -260,7 +260,7 @@ async fn tick(
     cfg: &OwnershipConfig,
     live: &mut Liveness,
 ) -> Option<tokio::time::Instant> {
-    let store = &app.store;
+    let store = &app.call.store;
     let result = beat(store, boot, cfg.query_timeout()).await;
     let now = Instant::now();
     let verdict = live.on_beat(now, result);
@@ -288,8 +288,8 @@ async fn at_lapse_end(
     if !live.may_reclaim(Instant::now()) {
         return None;
     }
-    reclaim_lost(&app.store, boot, cfg).await;
-    next_lapse(&app.store, cfg).await
+    reclaim_lost(&app.call.store, boot, cfg).await;
+    next_lapse(&app.call.store, cfg).await
 }
 
 /// When the earliest lease of another owner of open rows ends (plus
@@ -314,13 +314,13 @@ async fn next_lapse(store: &Store, cfg: &OwnershipConfig) -> Option<tokio::time:
 /// lapse only — their writes are fenced meanwhile and the reconciler
 /// reports them.
 async fn end_calls_owned_elsewhere(app: &App, change: Change, cfg: &OwnershipConfig) {
-    let running: Vec<_> = app.live.ids().into_iter().collect();
+    let running: Vec<_> = app.call.live.ids().into_iter().collect();
     let lost = match change {
         Change::Lapsed { .. } => return,
         // The new boot closed every row of this name at its start.
         Change::Superseded(_) => running,
         Change::Restored { .. } => {
-            let check = app.store.owned_elsewhere(&running);
+            let check = app.call.store.owned_elsewhere(&running);
             match tokio::time::timeout(cfg.query_timeout(), check).await {
                 Ok(Ok(lost)) => lost,
                 Ok(Err(e)) => {
@@ -333,7 +333,7 @@ async fn end_calls_owned_elsewhere(app: &App, change: Change, cfg: &OwnershipCon
     if lost.is_empty() {
         return;
     }
-    let told = app.live.lose(&lost);
+    let told = app.call.live.lose(&lost);
     metrics::counter!(m::OWNER_FENCED_CALLS).increment(told as u64);
     for call in &lost {
         warn!(call_id = %call, "another instance closed this call's record: ending it here (owner_fenced)");

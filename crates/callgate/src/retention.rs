@@ -101,7 +101,7 @@ fn count(table: &'static str, rows: u64) {
 pub async fn run(app: Arc<App>, stop: CancellationToken) {
     loop {
         let cfg = app.cfg().retention.clone();
-        match purge_once(&app.store, &cfg, SystemTime::now()).await {
+        match purge_once(&app.call.store, &cfg, SystemTime::now()).await {
             Ok(p) if p == Purged::default() => {}
             Ok(p) => info!(purged = ?p, "retention pass deleted rows"),
             Err(e) => {

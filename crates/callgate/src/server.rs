@@ -75,7 +75,7 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
         dialog,
         metrics,
     )?);
-    let snap = app.gate.snapshot();
+    let snap = app.call.gate.snapshot();
     info!(
         capacity = snap.capacity,
         decided_by = %snap.decided_by,
@@ -110,7 +110,7 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
         background.clone(),
     ));
     let sip = if app.cfg().sip.enabled {
-        Some(crate::carrier::sip::ingress::SipServer::start(Arc::clone(&app)).await?)
+        Some(crate::carrier::sip::ingress::SipServer::start(Arc::clone(&app.call)).await?)
     } else {
         None
     };
@@ -220,8 +220,8 @@ impl Running {
         if let Some(agent) = self.agent {
             agent.stopped(Duration::from_secs(2)).await;
         }
-        self.app.calls.close();
-        let tasks_left = tokio::time::timeout(Duration::from_secs(10), self.app.calls.wait())
+        self.app.call.tasks.close();
+        let tasks_left = tokio::time::timeout(Duration::from_secs(10), self.app.call.tasks.wait())
             .await
             .is_err();
         if tasks_left {

@@ -112,13 +112,14 @@ async fn answer(app: &App, id: &str, query: Option<&str>) -> (StatusCode, Respon
         let msg = "the session ledger is unavailable; retry\n";
         (StatusCode::SERVICE_UNAVAILABLE, msg.into_response())
     };
-    let row = match app.store.ledger(call).await {
+    let row = match app.call.store.ledger(call).await {
         Ok(Some(row)) => row,
         Ok(None) => return (StatusCode::NOT_FOUND, "no such session\n".into_response()),
         Err(e) => return unavailable(e),
     };
     // One more than the page holds says whether another page follows.
     match app
+        .call
         .store
         .events_page(call, page.after, page.limit + 1)
         .await

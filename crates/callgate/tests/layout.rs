@@ -473,3 +473,55 @@ fn pointers_outside(root: &Path) -> Vec<String> {
     }
     out
 }
+
+/// The names in the `[dependencies]` table of a Cargo manifest (not the
+/// dev- or build-dependencies).
+fn runtime_dependencies(manifest: &str) -> Vec<String> {
+    let mut in_deps = false;
+    let mut names = Vec::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_deps = line == "[dependencies]";
+        } else if in_deps
+            && !line.starts_with('#')
+            && let Some((name, _)) = line.split_once('=')
+        {
+            names.push(name.trim().trim_end_matches(".workspace").to_owned());
+        }
+    }
+    names
+}
+
+/// What the server library must never link: the simulators, the load tool
+/// and the rig (test and bench code), and any SQL client (`state-store`
+/// owns SQL).
+const NOT_IN_THE_SERVER: &[&str] = &[
+    "callgate-sim",
+    "callgate-load",
+    "callgate-rig",
+    "callgate-test-support",
+    "tokio-postgres",
+    "postgres",
+    "deadpool-postgres",
+    "sqlx",
+];
+
+#[test]
+fn the_server_library_links_no_simulator_load_tool_or_sql_client() {
+    let manifest =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .expect("read crates/callgate/Cargo.toml");
+    let deps = runtime_dependencies(&manifest);
+    assert!(
+        deps.iter().any(|d| d == "state-store"),
+        "the reader found no dependencies: {deps:?}"
+    );
+    let bad: Vec<_> = deps
+        .iter()
+        .filter(|d| NOT_IN_THE_SERVER.contains(&d.as_str()))
+        .collect();
+    assert!(bad.is_empty(), "the server library depends on {bad:?}");
+    // The reader sees a planted one, and ignores dev-dependencies.
+    let planted = "[dependencies]\nfoo = \"1\"\ncallgate-sim.workspace = true\n[dev-dependencies]\nsqlx = \"1\"\n";
+    assert_eq!(runtime_dependencies(planted), ["foo", "callgate-sim"]);
+}

@@ -130,7 +130,7 @@ impl InProcess {
             database,
             instance,
         } = self;
-        let store = server.app.store.clone();
+        let store = server.app.call.store.clone();
         let calls = server.shutdown(deadline).await.calls_left;
         let open_ledger_rows = store.open_ledger_sessions(&instance).await;
         let open_sessions = [

@@ -72,6 +72,7 @@ async fn cut_mid_setup(h: &Harness) -> String {
     assert_eq!(
         h.server
             .app
+            .call
             .counters
             .setting_up
             .load(std::sync::atomic::Ordering::Relaxed),

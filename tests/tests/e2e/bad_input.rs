@@ -129,7 +129,7 @@ async fn streams_that_never_become_calls_are_refused_clearly() {
     assert!(close.1.contains("no start event"), "{close:?}");
 
     assert_eq!(
-        h.server.app.gate.snapshot().admitted_total,
+        h.server.app.call.gate.snapshot().admitted_total,
         0,
         "nothing was admitted"
     );

@@ -68,7 +68,7 @@ fn metric(text: &str, series: &str) -> Option<f64> {
 
 /// The reconciliation receipts, once there is one.
 async fn first_receipts(h: &Harness) -> Vec<state_store::ReconciliationRow> {
-    let store = &h.server.app.store;
+    let store = &h.server.app.call.store;
     eventually(
         PATIENCE,
         "a reconciliation receipt",
@@ -79,7 +79,7 @@ async fn first_receipts(h: &Harness) -> Vec<state_store::ReconciliationRow> {
 }
 
 async fn receipt_count(h: &Harness) -> usize {
-    let store = &h.server.app.store;
+    let store = &h.server.app.call.store;
     store
         .reconciliation_receipts(&h.instance)
         .await
@@ -212,6 +212,7 @@ async fn the_three_counters_converge_after_calls_end() {
     assert!(
         h.server
             .app
+            .call
             .store
             .reconciliation_receipts(&h.instance)
             .await
@@ -310,7 +311,7 @@ async fn an_open_row_with_no_call_is_reported_as_false_capacity() {
     )
     .await
     .unwrap();
-    let store = &h.server.app.store;
+    let store = &h.server.app.call.store;
     let receipts = first_receipts(&h).await;
     let r = &receipts[0].receipt;
     assert_eq!(r.direction, "false_capacity_or_lost_ownership");

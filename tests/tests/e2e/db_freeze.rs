@@ -76,8 +76,8 @@ async fn scenario() {
     });
     tokio::time::sleep_until(frozen_at + FREEZE).await;
     // Calls kept talking, so turns were submitted while nothing could land.
-    let backlog_frozen = h.server.app.writes.backlog();
-    let active_frozen = h.server.app.gate.snapshot().active;
+    let backlog_frozen = h.server.app.call.writes.backlog();
+    let active_frozen = h.server.app.call.gate.snapshot().active;
     frozen.thaw().expect("thaw Postgres");
 
     let live = live.await.unwrap();
@@ -117,7 +117,7 @@ async fn wait_until_live(h: &Harness) {
         async || {
             let row = h.db.query_one(sql, &[&h.instance]).await.unwrap();
             let greeted: i64 = row.get(0);
-            (greeted, h.server.app.gate.snapshot().active)
+            (greeted, h.server.app.call.gate.snapshot().active)
         },
         |&(greeted, active)| greeted == LIVE as i64 && active as usize == LIVE,
     )
@@ -247,7 +247,14 @@ async fn assert_no_open_receipts(h: &Harness) {
     let open = eventually(
         Duration::from_secs(15),
         "no pending receipts",
-        async || h.server.app.store.open_ledger_sessions(&h.instance).await,
+        async || {
+            h.server
+                .app
+                .call
+                .store
+                .open_ledger_sessions(&h.instance)
+                .await
+        },
         |n| matches!(n, Ok(0)),
     )
     .await;

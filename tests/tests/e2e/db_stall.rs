@@ -27,7 +27,7 @@ async fn a_ten_second_database_stall_costs_no_audio_and_no_writes() {
     .await
     .unwrap();
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let backlog_during_stall = h.server.app.writes.backlog();
+    let backlog_during_stall = h.server.app.call.writes.backlog();
     tx.commit().await.unwrap();
 
     let report = calls.await.unwrap();

@@ -301,6 +301,7 @@ fn tweak(c: &mut Config) {
 async fn counters(r: &Running, instance: &str, since: Instant) -> (i64, u32, Option<u64>) {
     let ledger = r
         .app
+        .call
         .store
         .open_ledger_sessions(instance)
         .await
@@ -346,5 +347,5 @@ fn direct_url(r: &Running) -> String {
 }
 
 fn active(r: &Running) -> u32 {
-    r.app.gate.snapshot().active
+    r.app.call.gate.snapshot().active
 }

@@ -144,7 +144,7 @@ async fn one_seed(seed: u64) -> Vec<(String, u32)> {
 async fn watch_the_gate(h: Arc<Harness>, stop: Arc<AtomicBool>, seed: u64) -> u64 {
     let mut samples = 0;
     while !stop.load(Ordering::Relaxed) {
-        let s = h.server.app.gate.snapshot();
+        let s = h.server.app.call.gate.snapshot();
         assert!(
             s.admitted_total >= s.released_total,
             "seed {seed}: more releases than admissions: {s:?}"
@@ -169,7 +169,7 @@ async fn drain(h: &Harness) -> u64 {
         .await
         .unwrap();
     assert_eq!(resp.status().as_u16(), 202);
-    h.server.app.gate.snapshot().admitted_total
+    h.server.app.call.gate.snapshot().admitted_total
 }
 
 async fn run_call(url: String, act: Act) {
@@ -228,11 +228,12 @@ async fn quiesce(h: &Harness, seed: u64) {
         Duration::from_secs(30),
         &format!("seed {seed}: quiescence"),
         async || {
-            let active = h.server.app.gate.snapshot().active;
-            let tasks = h.server.app.calls.len();
+            let active = h.server.app.call.gate.snapshot().active;
+            let tasks = h.server.app.call.tasks.len();
             let open = h
                 .server
                 .app
+                .call
                 .store
                 .open_ledger_sessions(&instance)
                 .await
@@ -246,7 +247,7 @@ async fn quiesce(h: &Harness, seed: u64) {
 
 /// The after-quiescence invariants; returns the outcomes seen, by reason.
 async fn check_after(h: &Harness, seed: u64, admitted_at_drain: u64) -> Vec<(String, u32)> {
-    let snap = h.server.app.gate.snapshot();
+    let snap = h.server.app.call.gate.snapshot();
     let rows =
         h.db.query(
             "SELECT end_reason, stats->'active_counter_delta' FROM call_ledger \
@@ -310,6 +311,7 @@ async fn check_after(h: &Harness, seed: u64, admitted_at_drain: u64) -> Vec<(Str
     let ledger_open = h
         .server
         .app
+        .call
         .store
         .open_ledger_sessions(&h.instance)
         .await

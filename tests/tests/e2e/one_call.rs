@@ -105,6 +105,6 @@ async fn one_call(provider: tts_client::Provider) {
     assert_eq!(turns[0].0, "bot", "the bot greets first: {turns:#?}");
 
     h.assert_all_closed().await;
-    assert_eq!(h.server.app.store.pool_status().waiting, 0);
+    assert_eq!(h.server.app.call.store.pool_status().waiting, 0);
     h.stop().await;
 }

@@ -29,7 +29,7 @@ async fn lowering_capacity_by_reload_ends_no_call_and_only_stops_admission() {
     let active = eventually(
         T,
         "three live calls",
-        async || h.server.app.gate.snapshot().active,
+        async || h.server.app.call.gate.snapshot().active,
         |n| *n == 3,
     )
     .await;
@@ -81,7 +81,7 @@ async fn lowering_capacity_by_reload_ends_no_call_and_only_stops_admission() {
         400,
         "a bad file is refused and the running config kept"
     );
-    assert_eq!(h.server.app.gate.snapshot().capacity, 1);
+    assert_eq!(h.server.app.call.gate.snapshot().capacity, 1);
     h.assert_all_closed().await;
     h.stop().await;
     let _ = std::fs::remove_dir_all(dir);
@@ -143,7 +143,7 @@ async fn a_drain_refuses_new_calls_loudly_and_lets_live_ones_finish() {
         async || {
             let s = &h.sims;
             (
-                h.server.app.gate.snapshot().admitted_total,
+                h.server.app.call.gate.snapshot().admitted_total,
                 [
                     s.stt.stats().open_sessions,
                     s.tts.stats().open_sessions,
@@ -186,7 +186,7 @@ async fn a_drain_refuses_new_calls_loudly_and_lets_live_ones_finish() {
         live.calls
     );
     assert_eq!(
-        h.server.app.gate.snapshot().admitted_total,
+        h.server.app.call.gate.snapshot().admitted_total,
         2,
         "no admission after the drain began"
     );
@@ -283,7 +283,7 @@ async fn admin_endpoints_are_closed_to_remote_peers_without_the_token() {
     let (status, _) = admin(&h, REMOTE, "POST", "/admin/reload", None).await;
     assert_eq!(status, 401);
     assert!(
-        !h.server.app.gate.is_draining(),
+        !h.server.app.call.gate.is_draining(),
         "a refused drain does not drain"
     );
     // Loopback may look without a token.
@@ -315,7 +315,7 @@ async fn admin_endpoints_are_closed_to_remote_peers_without_the_token() {
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    assert!(!h.server.app.gate.is_draining());
+    assert!(!h.server.app.call.gate.is_draining());
 
     h.assert_all_closed().await;
     h.stop().await;

@@ -97,7 +97,7 @@ async fn assert_released(h: &Harness) {
     h.assert_all_closed().await;
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let pool = h.server.app.store.pool_status();
+        let pool = h.server.app.call.store.pool_status();
         if pool.waiting == 0 && pool.size == pool.available {
             break;
         }
@@ -107,7 +107,7 @@ async fn assert_released(h: &Harness) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let snap = h.server.app.gate.snapshot();
+    let snap = h.server.app.call.gate.snapshot();
     assert_eq!((snap.active, snap.queued), (0, 0), "{snap:?}");
     assert_eq!(snap.admitted_total, snap.released_total);
 }
@@ -130,7 +130,7 @@ async fn recorded_rejections(h: &Harness, want: usize) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_calls_on_a_gate_of_twenty_nobody_hears_silence() {
     let h = Harness::start(capped(), ceilings).await;
-    let snap = h.server.app.gate.snapshot();
+    let snap = h.server.app.call.gate.snapshot();
     assert_eq!(
         (snap.capacity, snap.decided_by.to_string().as_str()),
         (18, "stt"),

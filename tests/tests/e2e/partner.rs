@@ -87,7 +87,7 @@ async fn unknown_or_missing_partner_keys_are_refused_before_the_upgrade() {
         );
     }
     // Nothing reached the gate or a provider.
-    let snap = h.server.app.gate.snapshot();
+    let snap = h.server.app.call.gate.snapshot();
     assert_eq!(snap.rejected_total.total(), 0);
     assert_eq!(h.sims.stt.stats().total_sessions, 0);
     let text = h.metrics_text().await;
@@ -115,7 +115,7 @@ async fn a_partner_over_its_quota_is_transferred_while_another_is_admitted() {
     eventually(
         Duration::from_secs(15),
         "acme's two calls admitted",
-        async || app.gate.snapshot().active,
+        async || app.call.gate.snapshot().active,
         |active| *active == 2,
     )
     .await;
@@ -160,7 +160,16 @@ async fn a_partner_over_its_quota_is_transferred_while_another_is_admitted() {
         "recorded with the partner"
     );
     assert!(h.partner_rejections("globex").await.is_empty());
-    assert_eq!(h.server.app.gate.snapshot().rejected_total.partner_quota, 1);
+    assert_eq!(
+        h.server
+            .app
+            .call
+            .gate
+            .snapshot()
+            .rejected_total
+            .partner_quota,
+        1
+    );
     let text = h.metrics_text().await;
     for line in [
         "callgate_partner_quota_calls{partner=\"acme\"} 2",

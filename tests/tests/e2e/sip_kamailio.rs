@@ -408,7 +408,7 @@ fn sip_addr(r: &Running) -> SocketAddr {
 }
 
 fn active(r: &Running) -> u32 {
-    r.app.gate.snapshot().active
+    r.app.call.gate.snapshot().active
 }
 
 fn ports_in_use(r: &Running) -> usize {

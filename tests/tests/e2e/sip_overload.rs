@@ -77,7 +77,7 @@ async fn assert_served(h: &callgate_tests::Harness) {
     assert!(refusals.iter().all(|r| r == "queue_full"), "{refusals:?}");
     sip::assert_all_free(h).await;
     assert_eq!(
-        h.server.app.gate.snapshot().max_active,
+        h.server.app.call.gate.snapshot().max_active,
         CAPACITY,
         "never above capacity"
     );

@@ -135,8 +135,8 @@ async fn serve(app: &App, mut stream: TcpStream, timeout: Duration) {
 
 /// Writes the line and records what was reported.
 async fn answer(app: &App, stream: &mut TcpStream) -> std::io::Result<()> {
-    let draining = app.gate.is_draining();
-    let reply = super::reply(draining, &crate::reconcile::pressure::view(app));
+    let draining = app.call.gate.is_draining();
+    let reply = super::reply(draining, &crate::reconcile::pressure::view(&app.call));
     stream.write_all(reply.to_string().as_bytes()).await?;
     stream.shutdown().await?;
     app.routing

@@ -30,7 +30,7 @@ use admission::Permit;
 use tokio::time::Sleep;
 use tracing::{Instrument, Span, warn};
 
-use crate::app::{App, OwnedGauge};
+use crate::app::{CallServices, OwnedGauge};
 use crate::config::ms;
 use crate::end::{End, Provider};
 use crate::leg::Leg;
@@ -59,7 +59,7 @@ struct Open {
 
 /// One admitted, fully set-up call.
 pub struct CallActor<L: Leg> {
-    app: Arc<App>,
+    app: Arc<CallServices>,
     permit: Permit,
     leg: L,
     core: CallCore,
@@ -78,7 +78,7 @@ pub struct CallActor<L: Leg> {
 
 impl<L: Leg> CallActor<L> {
     pub fn new(
-        app: Arc<App>,
+        app: Arc<CallServices>,
         permit: Permit,
         mut leg: L,
         res: Resources,
@@ -95,7 +95,7 @@ impl<L: Leg> CallActor<L> {
             ms(cfg.tools.timeout_ms),
             cfg.tools.max_in_flight_per_call,
         )
-        .with_gauge(PhaseGauge::delegating(Some(Arc::clone(&app))));
+        .with_gauge(PhaseGauge::delegating(Some(Arc::clone(&app.counters))));
         let core = CallCore::new(core_config(&cfg, leg.format()), now);
         CallActor {
             permit,
@@ -112,7 +112,7 @@ impl<L: Leg> CallActor<L> {
             timer: Box::pin(tokio::time::sleep_until(far_future(now).into())),
             timer_at: far_future(now),
             speaking: None,
-            recovery: Recovery::new(Some(Arc::clone(&app))),
+            recovery: Recovery::new(Some(Arc::clone(&app.counters))),
             setup_ms,
             transfer_target,
             app,
@@ -223,7 +223,7 @@ impl<L: Leg> CallActor<L> {
         }
         match (self.core.is_speaking(), self.speaking.is_some()) {
             (true, false) => {
-                self.speaking = Some(OwnedGauge::speaking(Arc::clone(&self.app)));
+                self.speaking = Some(OwnedGauge::speaking(Arc::clone(&self.app.counters)));
             }
             (false, true) => self.speaking = None,
             _ => {}
@@ -301,7 +301,7 @@ impl<L: Leg> CallActor<L> {
 }
 
 /// Holds the `setting_up` gauge during setup.
-pub fn setup_gauge(app: &App) -> crate::app::Gauge<'_> {
+pub fn setup_gauge(app: &CallServices) -> crate::app::Gauge<'_> {
     crate::app::Gauge::hold(&app.counters.setting_up)
 }
 

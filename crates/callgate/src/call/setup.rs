@@ -7,7 +7,7 @@ use admission::PartnerId;
 use state_store::{CallId, NewCall, OwnerEpoch};
 
 use super::labels::{Labels, Transport, opening_stats};
-use crate::app::App;
+use crate::app::CallServices;
 use crate::config::ms;
 use crate::end::EndReason;
 pub use crate::end::Resource;
@@ -84,7 +84,7 @@ fn describe<E: std::fmt::Display>(
 
 /// Opens STT, TTS, dialog and the call's state concurrently.
 pub async fn open(
-    app: &App,
+    app: &CallServices,
     info: &CallInfo,
     clock: &super::record::CallClock,
 ) -> Result<Resources, SetupFailure> {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use axum::Router;
 
-use crate::app::App;
+use crate::app::CallServices;
 
 /// What the carriers keep for the life of the server, beside the app.
 #[derive(Default)]
@@ -35,7 +35,7 @@ pub struct Carriers {
 impl Carriers {
     /// The WebSocket carriers' upgrade routes (SIP has its own listener,
     /// started by `server::start`).
-    pub fn routes(&self) -> Router<Arc<App>> {
+    pub fn routes(&self) -> Router<Arc<CallServices>> {
         twilio::ingress::routes().merge(partner::ingress::routes(Arc::clone(&self.partner_resumes)))
     }
 }

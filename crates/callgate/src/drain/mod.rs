@@ -35,8 +35,8 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// Whether any call is still in progress in any phase.
 pub fn calls_in_progress(app: &App) -> u64 {
-    let snap = app.gate.snapshot();
-    snap.active as u64 + snap.queued as u64 + Counters::get(&app.counters.overflowing)
+    let snap = app.call.gate.snapshot();
+    snap.active as u64 + snap.queued as u64 + Counters::get(&app.call.counters.overflowing)
 }
 
 /// Closes admission now and starts the policy: from its return on, the gate
@@ -51,7 +51,7 @@ pub fn begin(app: &App, origin: Origin) -> bool {
 pub fn begin_within(app: &App, origin: Origin, deadline: Duration) -> bool {
     let cfg = app.cfg();
     let now = Instant::now();
-    let mut plan = app.drain.lock();
+    let mut plan = app.call.drain.lock();
     if let Some(p) = plan.as_mut() {
         // A signal during an admin drain makes it the shutdown's drain.
         if origin == Origin::Signal {
@@ -61,10 +61,10 @@ pub fn begin_within(app: &App, origin: Origin, deadline: Duration) -> bool {
     }
     let policy = cfg.drain.policy;
     *plan = Some(Plan::new(origin, policy, now, deadline));
-    app.gate.start_drain(now);
+    app.call.gate.start_drain(now);
     drop(plan);
     if policy == DrainPolicy::Transfer {
-        app.drain.order(Order::Transfer);
+        app.call.drain.order(Order::Transfer);
     }
     metrics::gauge!(crate::metrics::DRAINING).set(1.0);
     let in_progress = calls_in_progress(app);
@@ -93,7 +93,7 @@ pub fn begin_within(app: &App, origin: Origin, deadline: Duration) -> bool {
 /// happen.
 pub fn shorten(app: &App) {
     let grace = Duration::from_secs(app.cfg().drain.grace_s);
-    let mut plan = app.drain.lock();
+    let mut plan = app.call.drain.lock();
     let Some(p) = plan.as_mut() else {
         return;
     };
@@ -117,7 +117,7 @@ pub fn shorten(app: &App) {
 /// Not draining, a signal's drain, a deadline already passed, or the
 /// declaration not written.
 pub async fn undrain(app: &App) -> Result<(), UndrainRefused> {
-    let plan = app.drain.plan().ok_or(UndrainRefused::NotDraining)?;
+    let plan = app.call.drain.plan().ok_or(UndrainRefused::NotDraining)?;
     if let Some(why) = plan.undrain_refusal() {
         return Err(why);
     }
@@ -128,7 +128,7 @@ pub async fn undrain(app: &App) -> Result<(), UndrainRefused> {
     )
     .await
     .map_err(UndrainRefused::NotRecorded)?;
-    let mut current = app.drain.lock();
+    let mut current = app.call.drain.lock();
     // Re-checked under the lock: a signal or the deadline may have come
     // while the declaration was written (then the row is harmless: the
     // next admission is still refused, which is what it says).
@@ -136,9 +136,9 @@ pub async fn undrain(app: &App) -> Result<(), UndrainRefused> {
         return Err(why);
     }
     *current = None;
-    app.gate.end_drain(Instant::now());
+    app.call.gate.end_drain(Instant::now());
     drop(current);
-    app.drain.order(Order::Serve);
+    app.call.drain.order(Order::Serve);
     metrics::gauge!(crate::metrics::DRAINING).set(0.0);
     warn!(
         drained_ms = waited.as_millis() as u64,
@@ -166,7 +166,7 @@ pub enum Outcome {
 pub async fn run_until_done(app: Arc<App>) -> Outcome {
     let bound = goodbye_bound(&app);
     loop {
-        let Some(plan) = app.drain.plan() else {
+        let Some(plan) = app.call.drain.plan() else {
             info!("drain cancelled");
             return Outcome::Cancelled;
         };
@@ -182,7 +182,7 @@ pub async fn run_until_done(app: Arc<App>) -> Outcome {
                     calls = left,
                     "drain deadline reached: ending the remaining calls with a goodbye"
                 );
-                app.drain.order(Order::Deadline);
+                app.call.drain.order(Order::Deadline);
             }
             if now >= plan.deadline + bound {
                 warn!(calls = left, "drain finished with calls still in progress");
@@ -195,7 +195,11 @@ pub async fn run_until_done(app: Arc<App>) -> Outcome {
 
 /// Marks the deadline passed under the lock; true once, when it is due.
 fn expire(app: &App, now: Instant) -> bool {
-    app.drain.lock().as_mut().is_some_and(|p| p.expire(now))
+    app.call
+        .drain
+        .lock()
+        .as_mut()
+        .is_some_and(|p| p.expire(now))
 }
 
 /// How long the calls told "deadline" get to say goodbye and tear down.
@@ -207,7 +211,7 @@ fn goodbye_bound(app: &App) -> Duration {
 
 /// The drain as `/admin/status` shows it.
 pub fn status(app: &App, now: Instant) -> serde_json::Value {
-    match app.drain.plan() {
+    match app.call.drain.plan() {
         None => serde_json::Value::Null,
         Some(p) => serde_json::json!({
             "policy": p.policy.as_str(),

@@ -16,7 +16,7 @@ use admission::{Permit, RejectReason, Rejection, Ticket};
 use state_store::Stage;
 use tracing::{info, warn};
 
-use crate::app::App;
+use crate::app::CallServices;
 use crate::call::receipt::{Cleanup, delta_json};
 use crate::call::record::{CallClock, Recorder, millis};
 use crate::call::setup::{self, Arrival, CallInfo, SetupFailure};
@@ -56,7 +56,7 @@ impl Refusal {
 }
 
 /// Admission, setup and the call, for any leg.
-pub async fn run<L: Leg>(app: Arc<App>, mut leg: L, arrival: Arrival) {
+pub async fn run<L: Leg>(app: Arc<CallServices>, mut leg: L, arrival: Arrival) {
     let asked = Instant::now();
     let permit = match wait_admission(&app, &mut leg, &arrival).await {
         Admission::Admitted(p) => p,
@@ -111,7 +111,7 @@ enum Admission {
 /// leg: a caller who has to wait hears "please hold" and hold music;
 /// caller audio during the wait is discarded; a hang-up leaves the queue at
 /// once (dropping the ticket frees its place).
-async fn wait_admission(app: &App, leg: &mut impl Leg, arrival: &Arrival) -> Admission {
+async fn wait_admission(app: &CallServices, leg: &mut impl Leg, arrival: &Arrival) -> Admission {
     let mut ticket: Ticket = match app
         .gate
         .enqueue_for(arrival.partner.as_ref(), Instant::now())
@@ -169,7 +169,7 @@ fn left_queue(leg: &mut impl Leg) -> Option<Admission> {
         .map(Admission::Abandoned)
 }
 
-async fn reject<L: Leg>(app: &App, leg: L, arrival: &Arrival, r: Rejection) {
+async fn reject<L: Leg>(app: &CallServices, leg: L, arrival: &Arrival, r: Rejection) {
     let reason = r.reason.as_str();
     let call_id = arrival.call_id;
     warn!(
@@ -196,7 +196,7 @@ async fn reject<L: Leg>(app: &App, leg: L, arrival: &Arrival, r: Rejection) {
 
 /// A refused call is a promise refused: it is recorded and countable, in
 /// batches and off the caller's path (see [`crate::refusals`]).
-pub fn record_refusal(app: &App, arrival: &Arrival, why: Refusal, waited: Duration) {
+pub fn record_refusal(app: &CallServices, arrival: &Arrival, why: Refusal, waited: Duration) {
     app.refusals.record(state_store::Rejection {
         call_id: arrival.call_id,
         instance: app.instance(),
@@ -211,7 +211,12 @@ pub fn record_refusal(app: &App, arrival: &Arrival, why: Refusal, waited: Durati
 
 /// Opens the four resources (watching the leg), then runs the call or
 /// sends it to the overflow path.
-async fn set_up_and_run<L: Leg>(app: Arc<App>, mut leg: L, permit: Permit, info: CallInfo) {
+async fn set_up_and_run<L: Leg>(
+    app: Arc<CallServices>,
+    mut leg: L,
+    permit: Permit,
+    info: CallInfo,
+) {
     let clock = CallClock::anchor(info.admitted_at);
     let setup_started = Instant::now();
     let gauge = setup_gauge(&app);
@@ -269,7 +274,7 @@ fn left_during_setup(ev: LegEvent) -> Option<End> {
 /// the prompt, the leg's finish and the permit's release, so it states what
 /// they achieved.
 async fn setup_failed<L: Leg>(
-    app: &App,
+    app: &CallServices,
     leg: L,
     permit: Permit,
     info: &CallInfo,

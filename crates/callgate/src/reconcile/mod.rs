@@ -15,7 +15,7 @@
 //! How to drive it: `server::start` spawns [`task::run`]; the HAProxy agent
 //! calls [`RoutingReport::record`] after each answer; `/admin/status` reads
 //! [`latest::Latest`] through `App::reconcile`. Each call holds a
-//! [`LiveEntry`] in `App::live`, so a receipt can name the calls involved.
+//! [`LiveEntry`] in `CallServices::live`, so a receipt can name the calls involved.
 
 pub mod latest;
 pub mod live;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::app::{App, Counters, OwnedGauge};
+use crate::app::{CallServices, Counters, OwnedGauge};
 use crate::end::Provider;
 
 /// Committed pressure and what it is made of.
@@ -30,7 +30,7 @@ pub struct PressureView {
 }
 
 /// The pressure view from the gate and the app's phase gauges.
-pub fn view(app: &App) -> PressureView {
+pub fn view(app: &CallServices) -> PressureView {
     let snap = app.gate.snapshot();
     let weights = app.cfg().pressure.weights();
     let c = &app.counters;
@@ -57,28 +57,28 @@ pub fn view(app: &App) -> PressureView {
 /// balanced by hand, and a call that ends or panics mid-phase gives its
 /// share back by dropping.
 pub struct PhaseGauge {
-    /// `None`: not attached to an app (unit tests of the owner); the phase
+    /// `None`: not attached to the counters (unit tests of the owner); the phase
     /// is still tracked, nothing is counted.
-    app: Option<Arc<App>>,
-    make: fn(Arc<App>) -> OwnedGauge,
+    counters: Option<Arc<Counters>>,
+    make: fn(Arc<Counters>) -> OwnedGauge,
     held: Option<OwnedGauge>,
     busy: bool,
 }
 
 impl PhaseGauge {
     /// The `delegating` share of one call.
-    pub fn delegating(app: Option<Arc<App>>) -> Self {
-        Self::new(app, OwnedGauge::delegating)
+    pub fn delegating(counters: Option<Arc<Counters>>) -> Self {
+        Self::new(counters, OwnedGauge::delegating)
     }
 
     /// The `recovering` share of one call.
-    pub fn recovering(app: Option<Arc<App>>) -> Self {
-        Self::new(app, OwnedGauge::recovering)
+    pub fn recovering(counters: Option<Arc<Counters>>) -> Self {
+        Self::new(counters, OwnedGauge::recovering)
     }
 
-    fn new(app: Option<Arc<App>>, make: fn(Arc<App>) -> OwnedGauge) -> Self {
+    fn new(counters: Option<Arc<Counters>>, make: fn(Arc<Counters>) -> OwnedGauge) -> Self {
         PhaseGauge {
-            app,
+            counters,
             make,
             held: None,
             busy: false,
@@ -91,8 +91,8 @@ impl PhaseGauge {
             return;
         }
         self.busy = busy;
-        self.held = match (&self.app, busy) {
-            (Some(app), true) => Some((self.make)(Arc::clone(app))),
+        self.held = match (&self.counters, busy) {
+            (Some(c), true) => Some((self.make)(Arc::clone(c))),
             _ => None,
         };
     }
@@ -113,11 +113,11 @@ pub struct Recovery {
 }
 
 impl Recovery {
-    pub fn new(app: Option<Arc<App>>) -> Self {
+    pub fn new(counters: Option<Arc<Counters>>) -> Self {
         Recovery {
             down: [false; 3],
             handing_off: false,
-            gauge: PhaseGauge::recovering(app),
+            gauge: PhaseGauge::recovering(counters),
         }
     }
 

@@ -70,7 +70,7 @@ impl Ticker {
         }
         let now = Instant::now();
         let runtime = Reading::Known {
-            value: u64::from(app.gate.snapshot().active),
+            value: u64::from(app.call.gate.snapshot().active),
             at: now,
         };
         let routing = app
@@ -93,7 +93,7 @@ impl Ticker {
 async fn read_ledger(app: &App, bound: Duration) -> Option<Reading> {
     let asked = Instant::now();
     let instance = app.instance();
-    match tokio::time::timeout(bound, app.store.open_ledger_sessions(&instance)).await {
+    match tokio::time::timeout(bound, app.call.store.open_ledger_sessions(&instance)).await {
         Ok(Ok(n)) => Some(Reading::Known {
             value: u64::try_from(n).unwrap_or(0),
             at: asked,
@@ -168,7 +168,7 @@ async fn write_receipt(app: &App, tick: &Tick, due: &Due, bound: Duration) -> bo
         recorded_at: now_wall,
     };
     let label = due.direction.label();
-    match tokio::time::timeout(bound, app.store.record_reconciliation(&receipt)).await {
+    match tokio::time::timeout(bound, app.call.store.record_reconciliation(&receipt)).await {
         Ok(Ok(id)) => {
             warn!(
                 id,
@@ -207,14 +207,14 @@ async fn write_receipt(app: &App, tick: &Tick, due: &Due, bound: Duration) -> bo
 /// (runtime < ledger). Empty for routing divergences, which name no calls,
 /// and when the ledger cannot be read in time (logged).
 async fn affected_calls(app: &App, instance: &str, d: Direction, bound: Duration) -> Vec<CallId> {
-    let live: Vec<CallId> = app.live.ids().into_iter().collect();
+    let live: Vec<CallId> = app.call.live.ids().into_iter().collect();
     let read = async {
         match d {
             Direction::LeakedOrDelayedCleanup => {
-                app.store.calls_without_open_row(instance, &live).await
+                app.call.store.calls_without_open_row(instance, &live).await
             }
             Direction::FalseCapacityOrLostOwnership => {
-                app.store.open_rows_not_in(instance, &live).await
+                app.call.store.open_rows_not_in(instance, &live).await
             }
             Direction::BalancerMayOverload | Direction::StrandedCapacity => Ok(Vec::new()),
         }

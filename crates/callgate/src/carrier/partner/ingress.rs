@@ -24,7 +24,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use super::leg::{Attach, PartnerLeg, Registry, refuse_attach};
 use super::resume::{self, Refusal};
-use crate::app::App;
+use crate::app::CallServices;
 use crate::call::labels::{Labels, Transport};
 use crate::call::setup::Arrival;
 use crate::config::{Config, ms};
@@ -94,7 +94,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// The upgrade handler.
 pub async fn partner_stream(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<CallServices>>,
     Extension(resumes): Extension<Arc<Registry>>,
     headers: HeaderMap,
     ws: WebSocketUpgrade,
@@ -121,7 +121,7 @@ pub async fn partner_stream(
     if let Some(token) = headers.get(RESUME_HEADER) {
         return resume(&resumes, ws, token.to_str().unwrap_or(""), &partner);
     }
-    let tracker = app.calls.clone();
+    let tracker = app.tasks.clone();
     ws.on_upgrade(move |socket| async move {
         tracker
             .spawn(handle(app, resumes, socket, partner))
@@ -132,7 +132,7 @@ pub async fn partner_stream(
 
 /// The partner carrier's route, with the resume registry its handler
 /// reads (kept in [`crate::carrier::Carriers`]).
-pub fn routes(resumes: Arc<Registry>) -> Router<Arc<App>> {
+pub fn routes(resumes: Arc<Registry>) -> Router<Arc<CallServices>> {
     Router::new()
         .route("/v1/partner/stream", get(partner_stream))
         .layer(Extension(resumes))
@@ -180,7 +180,7 @@ fn resume(
 }
 
 async fn handle(
-    app: Arc<App>,
+    app: Arc<CallServices>,
     resumes: Arc<Registry>,
     socket: axum::extract::ws::WebSocket,
     partner: PartnerId,

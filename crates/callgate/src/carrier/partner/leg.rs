@@ -38,7 +38,7 @@ use crate::carrier::ws::{self, Out, WsCodec, WsLink};
 use crate::leg::{Finish, Finished, Leg, LegEvent, LegFormat, LegStats, Violation};
 use crate::metrics as m;
 
-/// The server's resume tokens for partner legs (`App::resumes`).
+/// The server's resume tokens for partner legs (`Carriers::partner_resumes`).
 pub type Registry = ResumeRegistry<Attach>;
 
 /// A new connection handed to the leg whose token it presented.

@@ -200,7 +200,7 @@ struct Inner<A> {
     tombstones: VecDeque<(Instant, TokenHash)>,
 }
 
-/// The registry, one per server (`App::resumes`). `A` is what an attach
+/// The registry, one per server (`Carriers::partner_resumes`). `A` is what an attach
 /// carries (the partner leg's new socket).
 #[derive(Debug)]
 pub struct ResumeRegistry<A> {

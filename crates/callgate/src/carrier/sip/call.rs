@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tracing::{Instrument, info_span, warn};
 
 use super::leg::{Command, ServerLink, Signal, SipLeg, SipShared, codecs};
-use crate::app::App;
+use crate::app::CallServices;
 use crate::call::labels::{Labels, Transport};
 use crate::call::setup::Arrival;
 use crate::ingress::Refusal;
@@ -22,7 +22,7 @@ use crate::metrics as m;
 use state_store::CallId;
 
 pub(super) async fn run(
-    app: Arc<App>,
+    app: Arc<CallServices>,
     shared: Arc<SipShared>,
     link: ServerLink,
     signals: mpsc::Receiver<Signal>,
@@ -91,7 +91,7 @@ fn arrival(
 /// `488 Not Acceptable Here` with a `Warning` saying why; recorded as a
 /// refusal (`unsupported_media_format`).
 fn not_acceptable(
-    app: &App,
+    app: &CallServices,
     link: &ServerLink,
     invite: &Invite,
     call_id: CallId,

@@ -31,7 +31,7 @@ use tracing::{debug, info, warn};
 
 use super::leg::ports::RtpPorts;
 use super::leg::{Command, Signal, SipShared};
-use crate::app::App;
+use crate::app::CallServices;
 use crate::metrics as m;
 
 /// Signals queued for one call before more are dropped.
@@ -49,7 +49,7 @@ pub struct SipServer {
 
 impl SipServer {
     /// Binds UDP and TCP on `sip.listen` and starts serving.
-    pub async fn start(app: Arc<App>) -> anyhow::Result<SipServer> {
+    pub async fn start(app: Arc<CallServices>) -> anyhow::Result<SipServer> {
         let cfg = app.cfg().sip.clone();
         let (udp, tcp) = bind_pair(cfg.listen)
             .await
@@ -135,7 +135,7 @@ fn warn_if_open(cfg: &crate::config::SipConfig, addr: SocketAddr) {
 }
 
 struct Server {
-    app: Arc<App>,
+    app: Arc<CallServices>,
     shared: Arc<SipShared>,
     endpoint: Endpoint,
     udp: UdpSocket,
@@ -319,7 +319,7 @@ impl Server {
         };
         let (app, shared) = (Arc::clone(&self.app), Arc::clone(&self.shared));
         self.app
-            .calls
+            .tasks
             .spawn(call::run(app, shared, link, rx, invite));
     }
 

@@ -18,7 +18,7 @@ use tracing::{Instrument, info_span, warn};
 use super::leg::TwilioLeg;
 use super::signature;
 use super::wire as twilio;
-use crate::app::App;
+use crate::app::CallServices;
 use crate::call::labels::{Labels, Transport};
 use crate::call::setup::Arrival;
 use crate::config::ms;
@@ -27,13 +27,13 @@ use crate::leg::{Ingress, LegFormat};
 use crate::metrics as m;
 
 /// The Twilio carrier's route.
-pub fn routes() -> Router<Arc<App>> {
+pub fn routes() -> Router<Arc<CallServices>> {
     Router::new().route("/v1/media-stream", get(media_stream))
 }
 
 /// The upgrade handler.
 pub async fn media_stream(
-    State(app): State<Arc<App>>,
+    State(app): State<Arc<CallServices>>,
     headers: HeaderMap,
     uri: Uri,
     ws: WebSocketUpgrade,
@@ -67,7 +67,7 @@ pub async fn media_stream(
         }
     }
     let max = cfg.twilio.max_message_bytes;
-    let tracker = app.calls.clone();
+    let tracker = app.tasks.clone();
     // Carrier frames are ~300 bytes: an 8 KiB read buffer (tungstenite's
     // default is 128 KiB, zero-filled on every read) keeps thousands of
     // streams cheap in memory and CPU. Writes are flushed per batch.
@@ -96,7 +96,7 @@ fn signed_urls(public: Option<&str>, headers: &HeaderMap, uri: &Uri) -> Vec<Stri
     vec![format!("wss://{host}{path}"), format!("ws://{host}{path}")]
 }
 
-async fn handle(app: Arc<App>, socket: axum::extract::ws::WebSocket) {
+async fn handle(app: Arc<CallServices>, socket: axum::extract::ws::WebSocket) {
     let cfg = app.cfg();
     let timeout = ms(cfg.twilio.start_timeout_ms);
     let accepted = TwilioLeg::accept(socket, cfg.twilio.max_media_payload_bytes, timeout).await;

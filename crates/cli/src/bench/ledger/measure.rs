@@ -44,7 +44,7 @@ impl Setup {
         let app = Arc::clone(&running.app);
         let mut permits = Vec::with_capacity(n);
         for _ in 0..n {
-            let p = app.gate.try_admit(Instant::now());
+            let p = app.call.gate.try_admit(Instant::now());
             permits.push(p.map_err(|r| anyhow::anyhow!("holding a session: {r:?}"))?);
         }
         let rows = open_rows(&app, n).await?;
@@ -114,7 +114,7 @@ async fn open_rows(app: &Arc<App>, n: usize) -> anyhow::Result<Vec<(CallId, Owne
     let ids: Vec<CallId> = (0..n).map(|_| CallId::new_random()).collect();
     for chunk in ids.chunks(OPEN_CONCURRENCY) {
         let opens = chunk.iter().map(|id| {
-            let store = app.store.clone();
+            let store = app.call.store.clone();
             let call = NewCall {
                 call_id: *id,
                 ingress: "twilio".into(),
@@ -209,10 +209,10 @@ async fn reads(app: &Arc<App>, n: usize, churn: bool) -> anyhow::Result<Reads> {
                 std::thread::spawn(move || churn_gate(&app, &stop))
             })
             .collect();
-        let runtime = time_reads(n, || app.gate.snapshot().active as u64);
+        let runtime = time_reads(n, || app.call.gate.snapshot().active as u64);
         let routing = time_reads(n, || app.routing.last().map_or(0, |(s, _)| s));
         let pressure = time_reads(n, || {
-            callgate::reconcile::pressure::view(&app).active as u64
+            callgate::reconcile::pressure::view(&app.call).active as u64
         });
         stop.store(true, Ordering::Relaxed);
         let churned: u64 = churners.into_iter().map(|t| t.join().unwrap_or(0)).sum();
@@ -235,7 +235,7 @@ async fn reads(app: &Arc<App>, n: usize, churn: bool) -> anyhow::Result<Reads> {
 fn churn_gate(app: &App, stop: &AtomicBool) -> u64 {
     let mut n = 0;
     while !stop.load(Ordering::Relaxed) {
-        if let Ok(p) = app.gate.try_admit(Instant::now()) {
+        if let Ok(p) = app.call.gate.try_admit(Instant::now()) {
             p.release(Instant::now());
             n += 1;
         }
@@ -317,25 +317,25 @@ async fn receipts(
 ) -> anyhow::Result<ReceiptCost> {
     let stats = receipt_stats();
     let stats_bytes = stats.to_string().len();
-    let applied0 = app.writes.stats().applied;
+    let applied0 = app.call.writes.stats().applied;
     let (p0, pg0, t0) = (process_cpu_ns()?, postgres_cpu_us(pg)?, Instant::now());
     let mut per_call = 0;
     for (call, epoch) in rows {
         let writes = receipt_writes(*call, *epoch, &stats);
         per_call = writes.len();
         for w in writes {
-            while app.writes.submit(w.clone()).is_err() {
+            while app.call.writes.submit(w.clone()).is_err() {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
     }
     let want = applied0 + (per_call * rows.len()) as u64;
     let until = Instant::now() + Duration::from_secs(120);
-    while app.writes.stats().applied < want {
+    while app.call.writes.stats().applied < want {
         if Instant::now() > until {
             bail!(
                 "receipt writes not applied within 120 s: {:?}",
-                app.writes.stats()
+                app.call.writes.stats()
             );
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
