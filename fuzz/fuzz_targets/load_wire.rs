@@ -2,7 +2,7 @@
 //! `callgate_load::wire::parse`, and SID parsing of the same text.
 //!
 //! Invariants (stated and asserted in the one shared file,
-//! `crates/load/src/wire_fuzz_tests.rs`, which the stable smoke twin runs
+//! `crates/load/src/wire/fuzz_tests.rs`, which the stable smoke twin runs
 //! too): `media`/`mark`/`clear` are accepted only when `streamSid` names
 //! our stream (up to hex case); media bytes are exactly the base64 decoding
 //! of the payload; other events come back as `Unknown` with their name;
@@ -14,7 +14,7 @@ use callgate_load::wire::*;
 use callgate_load::{LoadError, StreamSid};
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../crates/load/src/wire_fuzz_tests.rs"]
+#[path = "../../crates/load/src/wire/fuzz_tests.rs"]
 mod invariants;
 
 fuzz_target!(|data: &[u8]| invariants::check(data));

@@ -15,7 +15,7 @@
 //!   closes with 1008; `check_frame` accepts exactly one 20 ms frame (else
 //!   `bad_audio_frame`, 1007); every builder's output re-parses as JSON
 //!   with exactly its documented fields.
-//! - `crates/load/src/partner_wire_fuzz_tests.rs`: the client's `parse`
+//! - `crates/load/src/partner_wire/fuzz_tests.rs`: the client's `parse`
 //!   accepts a known event exactly when its fields are there and strings,
 //!   carrying them as sent; other events are `Unknown` by name; its
 //!   builders' output is exactly the documented JSON.
@@ -30,7 +30,7 @@ use libfuzzer_sys::fuzz_target;
 #[path = "../../crates/callgate/src/carrier/partner/wire/fuzz_tests.rs"]
 mod server;
 
-#[path = "../../crates/load/src/partner_wire_fuzz_tests.rs"]
+#[path = "../../crates/load/src/partner_wire/fuzz_tests.rs"]
 mod client;
 
 fuzz_target!(|data: &[u8]| {

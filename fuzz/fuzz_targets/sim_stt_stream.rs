@@ -4,7 +4,7 @@
 //! the segment's length, or silence.
 //!
 //! Invariants (stated and asserted in the one shared file,
-//! `crates/sim/src/stt/stream_fuzz_tests.rs`, which the stable smoke twin
+//! `crates/sim/src/stt/stream/fuzz_tests.rs`, which the stable smoke twin
 //! runs too): at most one close, and nothing after it; a text frame is
 //! `Invalid` exactly when it is not JSON; finals never claim both
 //! `speech_final` and `from_finalize`, interims only with interim results;
@@ -18,7 +18,7 @@ use callgate_sim::stt::stream::*;
 use callgate_sim::{script, stt};
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../crates/sim/src/stt/stream_fuzz_tests.rs"]
+#[path = "../../crates/sim/src/stt/stream/fuzz_tests.rs"]
 mod invariants;
 
 fuzz_target!(|data: &[u8]| invariants::check(data));

@@ -2,7 +2,7 @@
 //! text, one frame per line, feeding an `UtteranceAssembler`.
 //!
 //! Invariants (stated and asserted in the one shared file,
-//! `crates/stt-client/src/wire_fuzz_tests.rs`, which the stable smoke twin
+//! `crates/stt-client/src/wire/fuzz_tests.rs`, which the stable smoke twin
 //! runs too): the event kind follows the frame's `type` (anything else is
 //! a `ProviderError`, never `Closed`); every time, duration and confidence
 //! is finite; a non-JSON frame is quoted to at most 200 characters and an
@@ -14,7 +14,7 @@ use libfuzzer_sys::fuzz_target;
 use stt_client::wire::*;
 use stt_client::{CloseReason, SttEvent, UtteranceAssembler};
 
-#[path = "../../crates/stt-client/src/wire_fuzz_tests.rs"]
+#[path = "../../crates/stt-client/src/wire/fuzz_tests.rs"]
 mod invariants;
 
 fuzz_target!(|data: &[u8]| invariants::check(data));

@@ -2,7 +2,7 @@
 //! text.
 //!
 //! Invariants (stated and asserted in the one shared file,
-//! `crates/tts-client/src/wire/cartesia_fuzz_tests.rs`, which the stable
+//! `crates/tts-client/src/wire/cartesia/fuzz_tests.rs`, which the stable
 //! smoke twin runs too): the event kind follows `type` (`Audio` exactly
 //! the decoding of a `chunk`'s non-empty `data`, `Aligned` exactly the
 //! non-blank words of `timestamps`, `Final` only for `done`); a
@@ -14,7 +14,7 @@ use libfuzzer_sys::fuzz_target;
 use tts_client::ContextId;
 use tts_client::wire::cartesia::*;
 
-#[path = "../../crates/tts-client/src/wire/cartesia_fuzz_tests.rs"]
+#[path = "../../crates/tts-client/src/wire/cartesia/fuzz_tests.rs"]
 mod invariants;
 
 fuzz_target!(|data: &[u8]| invariants::check(data));

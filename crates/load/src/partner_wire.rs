@@ -218,7 +218,6 @@ pub fn parse(text: &str) -> Result<ServerMessage, String> {
 }
 
 #[cfg(test)]
-#[path = "partner_wire_fuzz_tests.rs"]
 mod fuzz_tests;
 
 #[cfg(test)]

@@ -387,5 +387,4 @@ impl Ear {
 }
 
 #[cfg(test)]
-#[path = "prompts_tests.rs"]
 mod tests;

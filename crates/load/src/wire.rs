@@ -225,7 +225,6 @@ pub fn parse(text: &str, stream: StreamSid) -> Result<ServerEvent, LoadError> {
 }
 
 #[cfg(test)]
-#[path = "wire_fuzz_tests.rs"]
 mod fuzz_tests;
 
 #[cfg(test)]

@@ -5,19 +5,17 @@
 //! structural promises.
 //!
 //! Each target's invariants are in one file below `fuzz_tests/`, shared
-//! with its fuzz target (which includes it by `#[path]`), with the smoke
-//! twin at its bottom. This module only holds what the twins share: the
-//! mutator's random source, [`chunks`] and [`fuzz_input`].
-
-#[path = "../../../fuzz/smoke/mutator.rs"]
-mod mutator;
+//! with its fuzz target (which includes it by a `path` attribute), with
+//! the smoke twin at its bottom. This module only holds what the twins
+//! share: [`chunks`] and [`fuzz_input`], drawn from the random source of
+//! the dev-dependency `callgate_test_support`.
 
 mod g711;
 mod resample;
 mod rtp;
 mod vad;
 
-use mutator::Rng;
+use callgate_test_support::Rng;
 
 /// Cuts `input` the way `rng` says (some chunks empty).
 fn chunks<'a, T>(rng: &mut Rng, input: &'a [T]) -> Vec<&'a [T]> {

@@ -146,12 +146,6 @@ impl Simulators {
     }
 }
 
-/// The seeded mutator of the smoke fuzz tests (`fuzz/smoke/`), shared by
-/// the STT and TTS simulator tests.
-#[cfg(test)]
-#[path = "../../../fuzz/smoke/mutator.rs"]
-mod smoke_mutator;
-
 /// A raw WebSocket client for the simulators' socket-level tests.
 #[cfg(test)]
 mod test_ws;

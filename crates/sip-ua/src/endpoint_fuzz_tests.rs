@@ -2,10 +2,12 @@
 //! copy, shared by the cargo-fuzz target `fuzz/fuzz_targets/sip_endpoint.rs`
 //! and by the stable smoke twin (the `#[cfg(test)]` part at the bottom).
 //!
-//! This file is included twice, by `#[path]`: as `endpoint_fuzz_tests`
-//! (`#[cfg(test)]`) at the root of `sip-ua`, and as `mod invariants` in the
-//! fuzz target, whose crate root has `use sip_ua::*`. The code under test
-//! is reached as `crate::…` in both builds. Entry point: [`check`].
+//! This file is included twice: by an ordinary `mod` (`#[cfg(test)]`), as
+//! `endpoint_fuzz_tests` at the root of `sip-ua`, and by a `path`
+//! attribute in the fuzz target, as `mod invariants`, whose crate root has
+//! `use sip_ua::*`. The code under test is reached as `crate::…` in both
+//! builds; the smoke twin's mutator is the dev-dependency
+//! `callgate_test_support`. Entry point: [`check`].
 //!
 //! The input is split at `\0\0` into up to four messages, all fed to one
 //! endpoint from one peer (so a fuzzed ACK, CANCEL or BYE can meet the
@@ -152,12 +154,8 @@ fn check_outputs(msg: &[u8], outs: &[Output], calls: &mut Vec<CallKey>) {
 }
 
 #[cfg(test)]
-#[path = "../../../fuzz/smoke/mutator.rs"]
-mod mutator;
-
-#[cfg(test)]
 mod smoke {
-    use super::mutator::Mutator;
+    use callgate_test_support::Mutator;
 
     const INVITE: &str = "INVITE sip:bot@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK1\r\n\
         From: <sip:a@127.0.0.1>;tag=a1\r\nTo: <sip:bot@127.0.0.1>\r\nCall-ID: c1\r\nCSeq: 1 INVITE\r\n\

@@ -3,15 +3,16 @@
 //! the stable smoke twin (the `#[cfg(test)]` part at the bottom of this
 //! file).
 //!
-//! This file is included twice, by `#[path]`:
-//! - as `sdp_fuzz_tests` (`#[cfg(test)]`) at the root of the `sip-ua`
-//!   crate;
-//! - as `mod invariants` in the fuzz target, whose crate root has
-//!   `use sip_ua::sdp`.
+//! This file is included twice:
+//! - by an ordinary `mod` (`#[cfg(test)]`), as `sdp_fuzz_tests` at the root
+//!   of the `sip-ua` crate;
+//! - by a `path` attribute in the fuzz target, as `mod invariants`, whose
+//!   crate root has `use sip_ua::sdp`.
 //!
 //! So the code under test is reached as `crate::sdp` (the same module in
-//! both builds), and the mutator and the smoke twin are compiled only
-//! under `cfg(test)`. Entry point: [`check`].
+//! both builds), and the smoke twin and its mutator (the dev-dependency
+//! `callgate_test_support`) are compiled only under `cfg(test)`. Entry
+//! point: [`check`].
 //!
 //! Invariants:
 //! - `parse` never panics; an error is the one the input deserves: a body
@@ -318,21 +319,13 @@ fn check_chosen(ours: &MediaDescription, theirs: &MediaDescription, n: &Negotiat
 
 // ---- the stable smoke twin ----------------------------------------------
 
-// The crate's other smoke twins include the mutator too: it is std-only
-// and stateless, so a second copy in the test build costs only its code,
-// and this file stays self-contained.
-#[cfg(test)]
-#[allow(clippy::duplicate_mod)]
-#[path = "../../../fuzz/smoke/mutator.rs"]
-mod mutator;
-
 #[cfg(test)]
 mod smoke {
     //! Mutated and generated offers through [`check`]: every parse,
     //! negotiation and answer keeps its promises.
 
-    use super::mutator::{Mutator, Rng};
     use super::*;
+    use callgate_test_support::{Mutator, Rng};
 
     /// The fuzz target's seeds.
     const SEEDS: [&[u8]; 8] = [

@@ -97,7 +97,6 @@ fn results(v: &Value) -> Transcript {
 }
 
 #[cfg(test)]
-#[path = "wire_fuzz_tests.rs"]
 mod fuzz_tests;
 
 #[cfg(test)]

@@ -83,10 +83,6 @@ mod outage;
 mod resume;
 mod session;
 mod tracker;
-// The smoke twins' shared mutator (one copy for both wire parsers).
-#[cfg(test)]
-#[path = "../../../fuzz/smoke/mutator.rs"]
-mod mutator;
 // Public only so the fuzz targets in `fuzz/` can reach the parsers.
 #[doc(hidden)]
 pub mod wire;

@@ -41,7 +41,6 @@
 //! ./target/release/callgate bench ledger --sessions 1000 --repeat 3
 //! ```
 
-#[path = "ledger/measure.rs"]
 mod measure;
 
 use std::process::ExitCode;

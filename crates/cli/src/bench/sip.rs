@@ -65,11 +65,8 @@
 //! ./target/release/callgate bench sip --calls 50,100 --repeat 3
 //! ```
 
-#[path = "sip/ledger.rs"]
 mod ledger;
-#[path = "sip/row.rs"]
 mod row;
-#[path = "sip/sipp.rs"]
 mod sipp;
 
 use std::io::{IsTerminal, Write as _};

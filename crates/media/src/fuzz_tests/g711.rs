@@ -2,10 +2,11 @@
 //! cargo-fuzz target `fuzz/fuzz_targets/media_g711.rs` and by the stable
 //! smoke twin (the `#[cfg(test)]` part at the bottom of this file).
 //!
-//! This file is included twice, by `#[path]`:
-//! - as `fuzz_tests::g711` (`#[cfg(test)]`) in the `media` crate;
-//! - as `mod invariants` in the fuzz target, whose crate root has
-//!   `use media::g711`.
+//! This file is included twice:
+//! - by an ordinary `mod` (`#[cfg(test)]`), as `fuzz_tests::g711` in the
+//!   `media` crate;
+//! - by a `path` attribute in the fuzz target, as `mod invariants`, whose
+//!   crate root has `use media::g711`.
 //!
 //! So the codec is reached as `crate::g711` (the same module in both
 //! builds), and the smoke twin is compiled only under `cfg(test)`. Entry
@@ -65,8 +66,8 @@ pub fn check_quantising(samples: &[i16]) {
 
 #[cfg(test)]
 mod smoke {
-    use super::super::mutator::Rng;
     use super::*;
+    use callgate_test_support::Rng;
 
     #[test]
     fn g711_decoding_is_a_fixed_point_of_encoding() {

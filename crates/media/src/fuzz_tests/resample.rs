@@ -3,10 +3,11 @@
 //! and by the stable smoke twin (the `#[cfg(test)]` part at the bottom of
 //! this file).
 //!
-//! This file is included twice, by `#[path]`:
-//! - as `fuzz_tests::resample` (`#[cfg(test)]`) in the `media` crate;
-//! - as `mod invariants` in the fuzz target, whose crate root has
-//!   `use media::resample`.
+//! This file is included twice:
+//! - by an ordinary `mod` (`#[cfg(test)]`), as `fuzz_tests::resample` in
+//!   the `media` crate;
+//! - by a `path` attribute in the fuzz target, as `mod invariants`, whose
+//!   crate root has `use media::resample`.
 //!
 //! So the resamplers are reached as `crate::resample` (the same module in
 //! both builds), and the smoke twin is compiled only under `cfg(test)`.
@@ -74,9 +75,9 @@ pub fn check_stream(pieces: &[&[i16]], cut_high: impl FnOnce(&[i16]) -> Vec<&[i1
 
 #[cfg(test)]
 mod smoke {
-    use super::super::mutator::Rng;
     use super::super::{chunks, fuzz_input};
     use super::*;
+    use callgate_test_support::Rng;
 
     #[test]
     fn resamplers_keep_length_and_ignore_chunking() {

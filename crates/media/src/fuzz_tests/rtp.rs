@@ -3,10 +3,11 @@
 //! the stable smoke twin (the `#[cfg(test)]` part at the bottom of this
 //! file).
 //!
-//! This file is included twice, by `#[path]`:
-//! - as `fuzz_tests::rtp` (`#[cfg(test)]`) in the `media` crate;
-//! - as `mod invariants` in the fuzz target, whose crate root has
-//!   `use media::rtp`.
+//! This file is included twice:
+//! - by an ordinary `mod` (`#[cfg(test)]`), as `fuzz_tests::rtp` in the
+//!   `media` crate;
+//! - by a `path` attribute in the fuzz target, as `mod invariants`, whose
+//!   crate root has `use media::rtp`.
 //!
 //! So the code under test is reached as `crate::rtp` (the same module in
 //! both builds), and the smoke twin is compiled only under `cfg(test)`.
@@ -490,8 +491,8 @@ pub fn check_dtmf_round_trip(data: &[u8]) {
 
 #[cfg(test)]
 mod smoke {
-    use super::super::mutator::{Mutator, Rng};
     use super::*;
+    use callgate_test_support::{Mutator, Rng};
 
     /// The fuzz target's seeds: RTP (plain; CSRCs, extension and padding;
     /// a telephone event) and RTCP (SR + SDES; RR + BYE).

@@ -3,10 +3,11 @@
 //! and by the stable smoke twin (the `#[cfg(test)]` part at the bottom of
 //! this file).
 //!
-//! This file is included twice, by `#[path]`:
-//! - as `fuzz_tests::vad` (`#[cfg(test)]`) in the `media` crate;
-//! - as `mod invariants` in the fuzz target, whose crate root has
-//!   `use media::vad`.
+//! This file is included twice:
+//! - by an ordinary `mod` (`#[cfg(test)]`), as `fuzz_tests::vad` in the
+//!   `media` crate;
+//! - by a `path` attribute in the fuzz target, as `mod invariants`, whose
+//!   crate root has `use media::vad`.
 //!
 //! So the detector is reached as `crate::vad` (the same module in both
 //! builds), and the smoke twin is compiled only under `cfg(test)`. Entry
@@ -76,9 +77,9 @@ fn check_events(events: &[VadEvent], vad: &EnergyVad, was_speaking: &mut bool, l
 
 #[cfg(test)]
 mod smoke {
-    use super::super::mutator::Rng;
     use super::super::{chunks, fuzz_input};
     use super::*;
+    use callgate_test_support::Rng;
 
     fn random_config(rng: &mut Rng) -> VadConfig {
         VadConfig {

@@ -353,7 +353,6 @@ async fn first_message_must_be_session_start() {
     assert_eq!(h.sim.stats().open_sessions, 0);
 }
 
-#[path = "resume_tests.rs"]
 mod resume_tests;
 
 #[test]

@@ -28,7 +28,7 @@
 //! Measured on `SpeechSynth` utterances (the audio the test callers send),
 //! 300 ms endpointing, 4 seeds × 2 utterances × 2 rates: starts within
 //! −4…+16 ms of `EnergyVad`'s and of the truth, ends 0…+60 ms later than
-//! `EnergyVad`'s (`detector_tests.rs` prints the table). Where the two
+//! `EnergyVad`'s (`detector/tests.rs` prints the table). Where the two
 //! differ most is noise: −50 dBFS white noise from 8 kHz input starts
 //! "speech" at its onset for a second or two, which an energy detector
 //! with a noise floor ignores.
@@ -37,7 +37,7 @@
 //! longer than the sound: from 80 ms on always (60 ms only sometimes at
 //! 8 kHz), 150 ms as 176–192 ms at 8 kHz and 208–224 ms at 16 kHz. The
 //! stream decides from that length whether a segment is words or noise
-//! (`stream::MIN_WORDS_MS`; `noise_tests.rs` has the table).
+//! (`stream::MIN_WORDS_MS`; `stream/noise_tests.rs` has the table).
 
 use earshot::Detector;
 use media::resample::Upsampler2x;
@@ -206,5 +206,4 @@ impl SpeechDetector {
 }
 
 #[cfg(test)]
-#[path = "detector_tests.rs"]
 mod tests;

@@ -151,7 +151,6 @@ fn parse_format(q: &HashMap<String, String>) -> Result<(SimEncoding, u32), SttSi
 }
 
 #[cfg(test)]
-#[path = "params_fuzz_tests.rs"]
 mod fuzz_tests;
 
 #[cfg(test)]

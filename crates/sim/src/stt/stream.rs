@@ -49,7 +49,7 @@ pub const INTERIM_EVERY_MS: u64 = 400;
 ///
 /// It is compared with the *detected* segment, which runs past the sound:
 /// earshot stamps `SpeechSynth` bursts about 15–95 ms longer than they are
-/// (`noise_tests.rs` prints the table). So a burst of up to 200 ms is
+/// (`stream/noise_tests.rs` prints the table). So a burst of up to 200 ms is
 /// noise at 8 kHz and up to 150 ms at 16 kHz; from 250 ms it is words at
 /// both rates; under about 80 ms the detector may not fire at all.
 pub const MIN_WORDS_MS: u64 = 250;
@@ -672,13 +672,10 @@ impl StreamCore {
 }
 
 #[cfg(test)]
-#[path = "stream_tests.rs"]
 mod tests;
 
 #[cfg(test)]
-#[path = "stream_fuzz_tests.rs"]
 mod fuzz_tests;
 
 #[cfg(test)]
-#[path = "noise_tests.rs"]
 mod noise_tests;

@@ -176,7 +176,6 @@ fn error(context: Option<ContextId>, raw: Raw) -> Inbound {
 }
 
 #[cfg(test)]
-#[path = "cartesia_fuzz_tests.rs"]
 mod fuzz_tests;
 
 #[cfg(test)]

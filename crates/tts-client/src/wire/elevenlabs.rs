@@ -134,7 +134,6 @@ fn is_capacity(code: Option<&serde_json::Value>, error: Option<&serde_json::Valu
 }
 
 #[cfg(test)]
-#[path = "../wire_fuzz_tests.rs"]
 mod fuzz_tests;
 
 #[cfg(test)]

@@ -4,16 +4,16 @@
 //! `#[cfg(test)]` part at the bottom of this file).
 //!
 //! This file is included twice:
-//! - as `tts::protocol::fuzz_tests` (`#[cfg(test)]`), whose parent module
-//!   is the socket core itself;
-//! - by `#[path]` as `mod invariants` in the fuzz target, whose crate root
-//!   has `use callgate_sim::tts::OutputFormat` and
+//! - by an ordinary `mod` (`#[cfg(test)]`), as `tts::protocol::fuzz_tests`,
+//!   whose parent module is the socket core itself;
+//! - by a `path` attribute in the fuzz target, as `mod invariants`, whose
+//!   crate root has `use callgate_sim::tts::OutputFormat` and
 //!   `use callgate_sim::tts::protocol::*`.
 //!
 //! So the core and its output format are reached through `super::` (the
-//! same items in both builds), and the part that needs the mutator is
-//! compiled only under `cfg(test)` (the fuzz build never sees it). Entry
-//! point: [`check`].
+//! same items in both builds), and the part that needs the mutator (the
+//! dev-dependency `callgate_test_support`) is compiled only under
+//! `cfg(test)` (the fuzz build never sees it). Entry point: [`check`].
 //!
 //! Invariants: never more open contexts than the cap; every text frame is
 //! JSON: audio with a context, decodable non-empty audio of whole samples
@@ -246,7 +246,7 @@ mod smoke {
     //! most one close after which the core is silent.
 
     use super::*;
-    use crate::smoke_mutator::{Mutator, Rng};
+    use callgate_test_support::{Mutator, Rng};
 
     const SESSIONS: &[&str] = &[
         concat!(

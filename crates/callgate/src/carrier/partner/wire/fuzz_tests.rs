@@ -2,15 +2,17 @@
 //! cargo-fuzz target `fuzz/fuzz_targets/partner_wire.rs` and by the stable
 //! smoke twin (the `#[cfg(test)]` part at the bottom of this file).
 //!
-//! This file is included twice, by `#[path]`:
-//! - as `carrier::partner::wire::fuzz_tests` (`#[cfg(test)]`), whose parent
-//!   module is the codec itself;
-//! - as `mod server` in the fuzz target, whose crate root has
-//!   `use callgate::carrier::partner::wire::*`.
+//! This file is included twice:
+//! - by an ordinary `mod` (`#[cfg(test)]`), as
+//!   `carrier::partner::wire::fuzz_tests`, whose parent module is the codec
+//!   itself;
+//! - by a `path` attribute in the fuzz target, as `mod server`, whose crate
+//!   root has `use callgate::carrier::partner::wire::*`.
 //!
 //! So everything here reaches the codec through `super::`, and the part
-//! that needs the mutator or the load tool is compiled only under
-//! `cfg(test)` (the fuzz build never sees it). Entry point: [`check`].
+//! that needs the mutator (the dev-dependency `callgate_test_support`) or
+//! the load tool is compiled only under `cfg(test)` (the fuzz build never
+//! sees it). Entry point: [`check`].
 //!
 //! Invariants:
 //! - `parse_text` never panics on any UTF-8 text, and its answer is the
@@ -308,20 +310,12 @@ pub fn check_frames(len: usize) {
 
 // ---- the stable smoke twin ----------------------------------------------
 
-// The crate's other smoke twin includes the mutator too; it is std-only
-// and stateless, so a second copy costs nothing and keeps this file
-// includable on its own (the fuzz target does).
-#[cfg(test)]
-#[allow(clippy::duplicate_mod)]
-#[path = "../../../../../../fuzz/smoke/mutator.rs"]
-mod mutator;
-
 #[cfg(test)]
 mod smoke {
     use callgate_load::partner_wire as client;
 
-    use super::mutator::{Mutator, Rng};
     use super::*;
+    use callgate_test_support::{Mutator, Rng};
 
     const ITERATIONS: usize = 4_000;
     const TOKENS: &[&str] = &[

@@ -2,15 +2,17 @@
 //! cargo-fuzz target `fuzz/fuzz_targets/twilio_parse.rs` and by the stable
 //! smoke twin (the `#[cfg(test)]` part at the bottom of this file).
 //!
-//! This file is included twice, by `#[path]`:
-//! - as `carrier::twilio::wire::fuzz_tests` (`#[cfg(test)]`), whose parent module is the
-//!   parser itself;
-//! - as `mod invariants` in the fuzz target, whose crate root has
-//!   `use callgate::carrier::twilio::wire::*`.
+//! This file is included twice:
+//! - by an ordinary `mod` (`#[cfg(test)]`), as
+//!   `carrier::twilio::wire::fuzz_tests`, whose parent module is the parser
+//!   itself;
+//! - by a `path` attribute in the fuzz target, as `mod invariants`, whose
+//!   crate root has `use callgate::carrier::twilio::wire::*`.
 //!
 //! So the parser is reached through `super::`, and the part that needs the
-//! mutator or the load tool is compiled only under `cfg(test)` (the fuzz
-//! build never sees it). Entry point: [`check`].
+//! mutator (the dev-dependency `callgate_test_support`) or the load tool
+//! is compiled only under `cfg(test)` (the fuzz build never sees it).
+//! Entry point: [`check`].
 //!
 //! Invariants:
 //! - an `Ok(Media)` payload is at most `max_payload` bytes and is exactly
@@ -127,10 +129,6 @@ pub fn check_own_media(sid: &str, payload: &[u8], max: usize) {
 // ---- the stable smoke twin ----------------------------------------------
 
 #[cfg(test)]
-#[path = "../../../../../../fuzz/smoke/mutator.rs"]
-mod mutator;
-
-#[cfg(test)]
 mod smoke {
     //! Mutated Twilio frames must parse into results that keep the parser's
     //! promises, and every frame we build must parse back into what went in
@@ -139,9 +137,9 @@ mod smoke {
     use callgate_load::{AccountSid, CallIds, CallSid, StreamSid, wire as carrier};
 
     use super::super::{clear_msg, mark_msg};
-    use super::mutator::{Mutator, Rng};
     use super::*;
     use crate::carrier::twilio::signature::{sign, signature_is_valid};
+    use callgate_test_support::{Mutator, Rng};
 
     const ITERATIONS: usize = 3_000;
     const TOKENS: &[&str] = &[

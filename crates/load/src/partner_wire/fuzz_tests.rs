@@ -4,10 +4,12 @@
 //! partner protocol) and by the stable smoke twin at the bottom of this
 //! file (`#[cfg(test)]`).
 //!
-//! Included twice, by `#[path]`: as `partner_wire::fuzz_tests`, whose
-//! parent module is the load tool's `partner_wire`, and as a module of the
-//! fuzz target, whose crate root has `use callgate_load::partner_wire::*`.
-//! So everything here reaches the code under test through `super::`.
+//! Included twice: by an ordinary `mod` (`#[cfg(test)]`), as
+//! `partner_wire::fuzz_tests`, whose parent module is the load tool's
+//! `partner_wire`, and by a `path` attribute, as a module of the fuzz
+//! target, whose crate root has `use callgate_load::partner_wire::*`. So
+//! everything here reaches the code under test through `super::`; the
+//! smoke twin's mutator is the dev-dependency `callgate_test_support`.
 //! Entry point: [`check`].
 //!
 //! Invariants: `parse` never panics on any UTF-8 text; a known event is
@@ -122,18 +124,10 @@ pub fn check_builders(a: &str, b: &str) {
 
 // ---- the stable smoke twin ----------------------------------------------
 
-// The crate's other smoke twin includes the mutator too; it is std-only
-// and stateless, so a second copy costs nothing and keeps this file
-// includable on its own (the fuzz target does).
-#[cfg(test)]
-#[allow(clippy::duplicate_mod)]
-#[path = "../../../fuzz/smoke/mutator.rs"]
-mod mutator;
-
 #[cfg(test)]
 mod smoke {
-    use super::mutator::{Mutator, Rng};
     use super::*;
+    use callgate_test_support::{Mutator, Rng};
 
     const ITERATIONS: usize = 4_000;
     const TOKENS: &[&str] = &[

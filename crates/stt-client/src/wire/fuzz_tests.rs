@@ -3,17 +3,18 @@
 //! the stable smoke twin (the `#[cfg(test)]` part at the bottom of this
 //! file).
 //!
-//! This file is included twice, by `#[path]`:
-//! - as `wire::fuzz_tests` (`#[cfg(test)]`), whose parent module is the
-//!   parser itself;
-//! - as `mod invariants` in the fuzz target, whose crate root has
-//!   `use stt_client::wire::*` and `use stt_client::{CloseReason, SttEvent,
-//!   UtteranceAssembler}`.
+//! This file is included twice:
+//! - by an ordinary `mod` (`#[cfg(test)]`), as `wire::fuzz_tests`, whose
+//!   parent module is the parser itself;
+//! - by a `path` attribute in the fuzz target, as `mod invariants`, whose
+//!   crate root has `use stt_client::wire::*` and
+//!   `use stt_client::{CloseReason, SttEvent, UtteranceAssembler}`.
 //!
 //! So the parser is reached through `super::`, the crate's root types
 //! through `crate::` (both name the same items in the two builds), and the
-//! part that needs the mutator or the STT simulator is compiled only under
-//! `cfg(test)` (the fuzz build never sees it). Entry point: [`check`].
+//! part that needs the mutator (the dev-dependency `callgate_test_support`)
+//! or the STT simulator is compiled only under `cfg(test)` (the fuzz build
+//! never sees it). Entry point: [`check`].
 //!
 //! Invariants:
 //! - the event kind follows the frame's `type` (anything else is a
@@ -116,10 +117,6 @@ impl Assembly {
 // ---- the stable smoke twin ----------------------------------------------
 
 #[cfg(test)]
-#[path = "../../../fuzz/smoke/mutator.rs"]
-mod mutator;
-
-#[cfg(test)]
 mod smoke {
     //! Mutated Deepgram frames must become well-formed events, and every
     //! message the simulator sends must come back as the event it
@@ -133,8 +130,8 @@ mod smoke {
     use media::g711;
     use media::synth::SpeechSynth;
 
-    use super::mutator::{Mutator, Rng};
     use super::*;
+    use callgate_test_support::{Mutator, Rng};
 
     const ITERATIONS: usize = 4_000;
     const TOKENS: &[&str] = &[
@@ -156,10 +153,10 @@ mod smoke {
     ];
     /// The fuzz target's seeds (one frame a line).
     const SEEDS: [&str; 4] = [
-        include_str!("../../../fuzz/seeds/stt_client_wire/seed-0"),
-        include_str!("../../../fuzz/seeds/stt_client_wire/seed-1"),
-        include_str!("../../../fuzz/seeds/stt_client_wire/seed-2"),
-        include_str!("../../../fuzz/seeds/stt_client_wire/seed-3"),
+        include_str!("../../../../fuzz/seeds/stt_client_wire/seed-0"),
+        include_str!("../../../../fuzz/seeds/stt_client_wire/seed-1"),
+        include_str!("../../../../fuzz/seeds/stt_client_wire/seed-2"),
+        include_str!("../../../../fuzz/seeds/stt_client_wire/seed-3"),
     ];
 
     fn corpus() -> Vec<String> {

@@ -3,16 +3,18 @@
 //! and by the stable smoke twin (the `#[cfg(test)]` part at the bottom of
 //! this file).
 //!
-//! This file is included twice, by `#[path]`:
-//! - as `stt::params::fuzz_tests` (`#[cfg(test)]`), whose parent module is
-//!   the validation itself;
-//! - as `mod invariants` in the fuzz target, whose crate root has
-//!   `use callgate_sim::stt` and `use callgate_sim::stt::params::*`.
+//! This file is included twice:
+//! - by an ordinary `mod` (`#[cfg(test)]`), as `stt::params::fuzz_tests`,
+//!   whose parent module is the validation itself;
+//! - by a `path` attribute in the fuzz target, as `mod invariants`, whose
+//!   crate root has `use callgate_sim::stt` and
+//!   `use callgate_sim::stt::params::*`.
 //!
 //! So the validation is reached through `super::`, the refusal through
 //! `crate::stt` (the same module in both builds), and the part that needs
-//! the mutator is compiled only under `cfg(test)` (the fuzz build never
-//! sees it). Entry point: [`check`].
+//! the mutator (the dev-dependency `callgate_test_support`) is compiled
+//! only under `cfg(test)` (the fuzz build never sees it). Entry point:
+//! [`check`].
 //!
 //! Invariants: an accepted query has `sample_rate` 8000 or 16000 exactly as
 //! sent, the encoding it named, `utterance_end_ms` only with interim
@@ -83,7 +85,7 @@ pub fn check_params(q: &HashMap<String, String>) -> Option<StreamParams> {
 #[cfg(test)]
 mod smoke {
     use super::*;
-    use crate::smoke_mutator::Mutator;
+    use callgate_test_support::Mutator;
 
     const TOKENS: &[&str] = &[
         "&",
@@ -104,9 +106,9 @@ mod smoke {
     ];
     /// The fuzz target's seeds.
     const SEEDS: [&[u8]; 3] = [
-        include_bytes!("../../../../fuzz/seeds/sim_stt_params/seed-0"),
-        include_bytes!("../../../../fuzz/seeds/sim_stt_params/seed-1"),
-        include_bytes!("../../../../fuzz/seeds/sim_stt_params/seed-2"),
+        include_bytes!("../../../../../fuzz/seeds/sim_stt_params/seed-0"),
+        include_bytes!("../../../../../fuzz/seeds/sim_stt_params/seed-1"),
+        include_bytes!("../../../../../fuzz/seeds/sim_stt_params/seed-2"),
     ];
 
     #[test]

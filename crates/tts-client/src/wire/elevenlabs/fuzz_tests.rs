@@ -3,15 +3,18 @@
 //! and by the stable smoke twin (the `#[cfg(test)]` part at the bottom of
 //! this file).
 //!
-//! This file is included twice, by `#[path]`:
-//! - as `wire::elevenlabs::fuzz_tests` (`#[cfg(test)]`), whose parent
-//!   module is the parser itself;
-//! - as `mod invariants` in the fuzz target, whose crate root has
-//!   `use tts_client::wire::elevenlabs::*` and `use tts_client::ContextId`.
+//! This file is included twice:
+//! - by an ordinary `mod` (`#[cfg(test)]`), as
+//!   `wire::elevenlabs::fuzz_tests`, whose parent module is the parser
+//!   itself;
+//! - by a `path` attribute in the fuzz target, as `mod invariants`, whose
+//!   crate root has `use tts_client::wire::elevenlabs::*` and
+//!   `use tts_client::ContextId`.
 //!
 //! So everything here reaches the parser through `super::`, and the part
-//! that needs the mutator or the TTS simulator is compiled only under
-//! `cfg(test)` (the fuzz build never sees it). Entry point: [`check`].
+//! that needs the mutator (the dev-dependency `callgate_test_support`) or
+//! the TTS simulator is compiled only under `cfg(test)` (the fuzz build
+//! never sees it). Entry point: [`check`].
 //!
 //! Invariants:
 //! - an `Audio` event carries exactly the base64 decoding of the frame's
@@ -128,8 +131,8 @@ mod smoke {
 
     use super::super::{close_context, flush, init, text};
     use super::*;
-    use crate::mutator::{Mutator, Rng};
     use crate::wire::voiced_chars;
+    use callgate_test_support::{Mutator, Rng};
 
     const ITERATIONS: usize = 4_000;
     const TOKENS: &[&str] = &[

@@ -2,11 +2,13 @@
 //! by the cargo-fuzz target `fuzz/fuzz_targets/tts_client_cartesia.rs` and
 //! by the stable smoke twin (the `#[cfg(test)]` part at the bottom).
 //!
-//! This file is included twice, by `#[path]`:
-//! - as `wire::cartesia::fuzz_tests` (`#[cfg(test)]`), whose parent module
-//!   is the parser itself;
-//! - as `mod invariants` in the fuzz target, whose crate root has
-//!   `use tts_client::wire::cartesia::*` and `use tts_client::ContextId`.
+//! This file is included twice:
+//! - by an ordinary `mod` (`#[cfg(test)]`), as
+//!   `wire::cartesia::fuzz_tests`, whose parent module is the parser
+//!   itself;
+//! - by a `path` attribute in the fuzz target, as `mod invariants`, whose
+//!   crate root has `use tts_client::wire::cartesia::*` and
+//!   `use tts_client::ContextId`.
 //!
 //! So everything here reaches the parser through `super::` only. Entry
 //! point: [`check`].
@@ -116,7 +118,7 @@ mod smoke {
     //! parser's promises; the committed seeds go through `check` itself.
 
     use super::*;
-    use crate::mutator::Mutator;
+    use callgate_test_support::Mutator;
 
     const ITERATIONS: usize = 4_000;
     const TOKENS: &[&str] = &[
@@ -140,11 +142,11 @@ mod smoke {
     ];
 
     const SEEDS: &[&[u8]] = &[
-        include_bytes!("../../../../fuzz/seeds/tts_client_cartesia/chunk"),
-        include_bytes!("../../../../fuzz/seeds/tts_client_cartesia/timestamps"),
-        include_bytes!("../../../../fuzz/seeds/tts_client_cartesia/done"),
-        include_bytes!("../../../../fuzz/seeds/tts_client_cartesia/error"),
-        include_bytes!("../../../../fuzz/seeds/tts_client_cartesia/capacity"),
+        include_bytes!("../../../../../fuzz/seeds/tts_client_cartesia/chunk"),
+        include_bytes!("../../../../../fuzz/seeds/tts_client_cartesia/timestamps"),
+        include_bytes!("../../../../../fuzz/seeds/tts_client_cartesia/done"),
+        include_bytes!("../../../../../fuzz/seeds/tts_client_cartesia/error"),
+        include_bytes!("../../../../../fuzz/seeds/tts_client_cartesia/capacity"),
     ];
 
     fn corpus() -> Vec<&'static str> {

@@ -3,17 +3,18 @@
 //! and by the stable smoke twin (the `#[cfg(test)]` part at the bottom of
 //! this file).
 //!
-//! This file is included twice, by `#[path]`:
-//! - as `wire::fuzz_tests` (`#[cfg(test)]`), whose parent module is the
-//!   parser itself;
-//! - as `mod invariants` in the fuzz target, whose crate root has
-//!   `use callgate_load::wire::*` and `use callgate_load::{LoadError,
-//!   StreamSid}`.
+//! This file is included twice:
+//! - by an ordinary `mod` (`#[cfg(test)]`), as `wire::fuzz_tests`, whose
+//!   parent module is the parser itself;
+//! - by a `path` attribute in the fuzz target, as `mod invariants`, whose
+//!   crate root has `use callgate_load::wire::*` and
+//!   `use callgate_load::{LoadError, StreamSid}`.
 //!
 //! So the parser is reached through `super::`, the crate's root types
 //! through `crate::` (both name the same items in the two builds), and the
-//! part that needs the mutator is compiled only under `cfg(test)` (the fuzz
-//! build never sees it). Entry point: [`check`].
+//! part that needs the mutator (the dev-dependency `callgate_test_support`)
+//! is compiled only under `cfg(test)` (the fuzz build never sees it).
+//! Entry point: [`check`].
 //!
 //! Invariants: `media`/`mark`/`clear` are accepted only when `streamSid`
 //! names our stream (up to hex case); media bytes are exactly the base64
@@ -95,19 +96,15 @@ pub fn check_sid(text: &str) -> Option<StreamSid> {
 // ---- the stable smoke twin ----------------------------------------------
 
 #[cfg(test)]
-#[path = "../../../fuzz/smoke/mutator.rs"]
-mod mutator;
-
-#[cfg(test)]
 mod smoke {
     //! Mutated server → Twilio frames must be routed only to the stream
     //! they name and decoded exactly, and SIDs must parse only in their
     //! exact shape.
 
     use super::super::{mark, media, start};
-    use super::mutator::{Mutator, Rng};
     use super::*;
     use crate::ids::{AccountSid, CallIds, CallSid};
+    use callgate_test_support::{Mutator, Rng};
 
     const ITERATIONS: usize = 4_000;
     const TOKENS: &[&str] = &[
@@ -124,11 +121,11 @@ mod smoke {
     ];
     /// The fuzz target's seeds.
     const SEEDS: [&[u8]; 5] = [
-        include_bytes!("../../../fuzz/seeds/load_wire/seed-0"),
-        include_bytes!("../../../fuzz/seeds/load_wire/seed-1"),
-        include_bytes!("../../../fuzz/seeds/load_wire/seed-2"),
-        include_bytes!("../../../fuzz/seeds/load_wire/seed-3"),
-        include_bytes!("../../../fuzz/seeds/load_wire/seed-4"),
+        include_bytes!("../../../../fuzz/seeds/load_wire/seed-0"),
+        include_bytes!("../../../../fuzz/seeds/load_wire/seed-1"),
+        include_bytes!("../../../../fuzz/seeds/load_wire/seed-2"),
+        include_bytes!("../../../../fuzz/seeds/load_wire/seed-3"),
+        include_bytes!("../../../../fuzz/seeds/load_wire/seed-4"),
     ];
 
     fn stream() -> StreamSid {

@@ -3,17 +3,18 @@
 //! `fuzz/fuzz_targets/sim_stt_stream.rs` and by the stable smoke twin (the
 //! `#[cfg(test)]` part at the bottom of this file).
 //!
-//! This file is included twice, by `#[path]`:
-//! - as `stt::stream::fuzz_tests` (`#[cfg(test)]`), whose parent module is
-//!   the stream core itself;
-//! - as `mod invariants` in the fuzz target, whose crate root has
-//!   `use callgate_sim::stt::stream::*` and `use callgate_sim::{script,
-//!   stt}`.
+//! This file is included twice:
+//! - by an ordinary `mod` (`#[cfg(test)]`), as `stt::stream::fuzz_tests`,
+//!   whose parent module is the stream core itself;
+//! - by a `path` attribute in the fuzz target, as `mod invariants`, whose
+//!   crate root has `use callgate_sim::stt::stream::*` and
+//!   `use callgate_sim::{script, stt}`.
 //!
 //! So the core is reached through `super::`, the rest of the simulator
 //! through `crate::stt` and `crate::script` (the same modules in both
-//! builds), and the part that needs the mutator is compiled only under
-//! `cfg(test)` (the fuzz build never sees it). Entry point: [`check`].
+//! builds), and the part that needs the mutator (the dev-dependency
+//! `callgate_test_support`) is compiled only under `cfg(test)` (the fuzz
+//! build never sees it). Entry point: [`check`].
 //!
 //! Invariants: at most one close, and nothing after it; the core says it
 //! is closed exactly when it has sent its close; a text frame is `Invalid`
@@ -221,12 +222,12 @@ mod smoke {
     //! close.
 
     use super::*;
-    use crate::smoke_mutator::{Mutator, Rng};
+    use callgate_test_support::{Mutator, Rng};
 
     /// The fuzz target's seeds.
     const SEEDS: [&[u8]; 2] = [
-        include_bytes!("../../../../fuzz/seeds/sim_stt_stream/seed-0"),
-        include_bytes!("../../../../fuzz/seeds/sim_stt_stream/seed-1"),
+        include_bytes!("../../../../../fuzz/seeds/sim_stt_stream/seed-0"),
+        include_bytes!("../../../../../fuzz/seeds/sim_stt_stream/seed-1"),
     ];
     const TOKENS: &[&str] = &[
         "\"type\"",

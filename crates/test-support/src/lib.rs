@@ -1,20 +1,42 @@
-//! Seeded input mutation for the stable "smoke fuzz" unit tests.
+//! `callgate-test-support` — the seeded input mutator of the stable "smoke
+//! fuzz" unit tests. Dev-only: crates take it as a `[dev-dependencies]`
+//! entry, and it is never published.
 //!
-//! CI runs only the stable test suite, where libFuzzer is not available, so
-//! every parser of untrusted input also has a unit test that feeds it a few
-//! thousand mutants of valid messages and asserts the same invariants as its
-//! cargo-fuzz target. This file is the mutator those tests share: each
-//! crate includes it once, with `#[path]`, from a `#[cfg(test)]` module, so
-//! it is std-only and no crate gains a dependency. It is deterministic — a seed gives the
-//! same inputs on every machine — and a failing check prints the iteration
-//! and the input that broke it.
+//! What it is: CI runs only the stable test suite, where libFuzzer is not
+//! available, so every parser of untrusted input also has a unit test that
+//! feeds it a few thousand mutants of valid messages and asserts the same
+//! invariants as its cargo-fuzz target (`fuzz/README.md`). This crate is
+//! the mutator those tests share: [`Mutator`] mutates entries of a corpus,
+//! [`Rng`] draws the shapes audio and protocol code is sensitive to
+//! (texts, sample runs, chunk lengths).
 //!
 //! The mutations are the cheap structural ones that find parser bugs: bit
 //! flips, interesting bytes, truncation, deletion, duplication, splices of
 //! two corpus entries and insertion of JSON-ish or domain tokens.
-
-// Each crate uses the part it needs (text or samples).
-#![allow(dead_code)]
+//!
+//! What it never does: read the clock, the environment or the file system,
+//! or draw entropy from anywhere but its seed — a seed gives the same
+//! inputs on every machine, so a failure replays exactly; depend on
+//! anything beyond `std`; or catch a panic — a failing check still fails
+//! its test, after the iteration and the input that broke it are printed
+//! to stderr.
+//!
+//! How to drive it: build a [`Mutator`] from a seed, a corpus of valid
+//! inputs and the protocol's tokens, then hand [`Mutator::run_bytes`] or
+//! [`Mutator::run_text`] the check to run on each mutant:
+//!
+//! ```
+//! use callgate_test_support::Mutator;
+//!
+//! let mut m = Mutator::new(7, &[r#"{"event":"mark"}"#], &["\"name\""]);
+//! m.run_text(100, |text| {
+//!     // The parser under test, and the invariants on what it returned.
+//!     let _ = text.parse::<u32>();
+//! });
+//! ```
+//!
+//! The fuzz targets never link this crate: its users are the `#[cfg(test)]`
+//! smoke modules, which the fuzz build does not compile.
 
 /// Inputs never grow past this: the parsers under test see frames of a few
 /// hundred bytes, and a bounded size keeps every test well under a second.
@@ -25,11 +47,13 @@ const MAX_LEN: usize = 4_096;
 pub struct Rng(u64);
 
 impl Rng {
+    /// The generator for `seed`; equal seeds give equal sequences.
     pub fn new(seed: u64) -> Self {
         // The state must never be zero.
         Rng((seed ^ 0x9E37_79B9_7F4A_7C15) | 1)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
@@ -49,6 +73,7 @@ impl Rng {
         self.below(n) == 0
     }
 
+    /// One of `items` (non-empty).
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len())]
     }
@@ -197,6 +222,8 @@ impl Mutator {
         }
     }
 
+    /// The mutator's random source, for a test that builds inputs of
+    /// its own alongside the mutants.
     pub fn rng(&mut self) -> &mut Rng {
         &mut self.rng
     }
@@ -332,5 +359,31 @@ impl Drop for ReportOnPanic<'_> {
                 String::from_utf8_lossy(self.1)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CORPUS: &[&str] = &[r#"{"event":"media","media":{"payload":"AAAA"}}"#, "x"];
+
+    #[test]
+    fn a_seed_gives_the_same_inputs_every_time() {
+        let run = |seed| {
+            let mut m = Mutator::new(seed, CORPUS, &["\"event\""]);
+            let texts: Vec<String> = (0..200).map(|_| m.next_text()).collect();
+            (texts, m.rng().samples(500), m.rng().chunk_lengths(900))
+        };
+        assert_eq!(run(3), run(3));
+        assert_ne!(run(3), run(4));
+    }
+
+    #[test]
+    fn mutants_stay_bounded_and_chunks_cover_the_input() {
+        let mut m = Mutator::new(0, CORPUS, &[]);
+        m.run_bytes(2_000, |b| assert!(b.len() <= MAX_LEN));
+        let lengths = m.rng().chunk_lengths(10_000);
+        assert_eq!(lengths.iter().sum::<usize>(), 10_000);
     }
 }
