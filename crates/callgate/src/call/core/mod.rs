@@ -16,20 +16,29 @@
 //! (`core/tests.rs`).
 //!
 //! States (`state.rs`), each holding only what can exist in it:
-//! - [`Phase`]: `Live` (the conversation; holds a drain hand-over waiting
-//!   for the next turn boundary and the STT nudge) → `Ending` (a final
-//!   prompt and marker are playing; the call ends when the leg reports the
-//!   marker played, or at a deadline) → `Ended` (the first cause, and the
-//!   count of later ones). `Ended` is reached exactly once, in
-//!   [`CallCore::finish`]; a second cause is counted and ignored.
+//! - [`Phase`]: `Live` (the conversation; it alone holds a drain
+//!   hand-over waiting for the next turn boundary and the STT nudge) →
+//!   `Ending` (a final prompt and marker are playing; the call ends when
+//!   the leg reports the marker played, or at a deadline) → `Ended` (the
+//!   first cause, and the count of later ones). A hang-up, a lost carrier
+//!   or dead media go from `Live` straight to `Ended`. `Ended` is reached
+//!   exactly once (`ending.rs`); a second cause is counted and ignored.
 //! - The turn: `Owed` (the greeting or the caller's latest turn has no
-//!   reply yet) → `Replying` (a [`BotTurn`](crate::call::bot::BotTurn), with the barge-in pause that
-//!   may hold it) → `Listening` (the reply played out or was cut). A
-//!   caller utterance makes a turn `Owed` again. A reply still playing when
-//!   the call starts `Ending` keeps playing ahead of the final prompt.
-//! - A `BotTurn`'s generation ([`crate::call::bot::Generation`]): `Generating` (dialog and TTS not both
-//!   done; an exit the dialog asked for waits here) → `Marked` (its
-//!   end-of-turn marker queued; only playback remains).
+//!   reply yet) → `Replying` (a [`BotTurn`](crate::call::bot::BotTurn),
+//!   with the barge-in pause that may hold it) → `Listening` (the reply
+//!   played out or was cut). A caller utterance makes a turn `Owed` again.
+//!   `Owed` and `Replying` carry the reply-latency clock until the first
+//!   frame of bot audio. A reply still playing when the call starts
+//!   `Ending` plays on ahead of the final prompt.
+//! - A reply's [`Generation`](crate::call::bot::Generation): `Generating`
+//!   (dialog and TTS not both done; an exit the dialog asked for waits
+//!   here) → `Marked` (its end-of-turn marker queued; only playback
+//!   remains).
+//!
+//! Outputs: [`CallCore::next_command`] (sends and ledger writes, in
+//! order), [`CallCore::next_report`] (what was counted or measured, for
+//! metrics) and [`CallCore::next_deadline`] (when to tick it). The
+//! receipt's figures are read through accessors once the call has ended.
 
 mod barge;
 mod conversation;
