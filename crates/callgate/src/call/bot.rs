@@ -12,6 +12,22 @@ use crate::leg::LegFormat;
 /// known (ElevenLabs-class voices speak about 15 characters per second).
 const ASSUMED_CHARS_PER_SECOND: f64 = 15.0;
 
+/// How far the reply's generation has got.
+#[derive(Debug)]
+pub enum Generation {
+    /// The dialog is still writing or TTS still speaking. The two finish
+    /// in either order; `then` is how the call ends once both have
+    /// (the dialog asked for an exit while this reply was being generated).
+    Generating {
+        dialog_done: bool,
+        tts_done: bool,
+        then: Option<Exit>,
+    },
+    /// Fully generated: the end-of-turn marker (named here) is queued
+    /// after the audio, and only playback remains.
+    Marked(String),
+}
+
 /// One bot reply in progress.
 #[derive(Debug)]
 pub struct BotTurn {
@@ -24,12 +40,7 @@ pub struct BotTurn {
     /// Audio frames sent to the carrier for this turn.
     pub frames_sent: u64,
     pub started_at: Instant,
-    /// The dialog service said the turn is complete.
-    pub dialog_done: bool,
-    /// TTS delivered the context's final audio.
-    pub tts_done: bool,
-    /// The end-of-turn mark has been queued after the audio.
-    pub mark: Option<String>,
+    pub generation: Generation,
 }
 
 impl BotTurn {
@@ -41,15 +52,87 @@ impl BotTurn {
             audio_bytes: 0,
             frames_sent: 0,
             started_at: now,
-            dialog_done: false,
-            tts_done: false,
-            mark: None,
+            generation: Generation::Generating {
+                dialog_done: false,
+                tts_done: false,
+                then: None,
+            },
         }
     }
 
-    /// Whether the reply is fully generated and only playback remains.
-    pub fn generated(&self) -> bool {
-        self.dialog_done && self.tts_done
+    /// The dialog service said the turn is complete.
+    pub fn dialog_done(&self) -> bool {
+        match &self.generation {
+            Generation::Generating { dialog_done, .. } => *dialog_done,
+            Generation::Marked(_) => true,
+        }
+    }
+
+    /// TTS delivered the context's final audio.
+    pub fn tts_done(&self) -> bool {
+        match &self.generation {
+            Generation::Generating { tts_done, .. } => *tts_done,
+            Generation::Marked(_) => true,
+        }
+    }
+
+    /// The end-of-turn marker, once queued.
+    pub fn mark(&self) -> Option<&str> {
+        match &self.generation {
+            Generation::Marked(name) => Some(name),
+            Generation::Generating { .. } => None,
+        }
+    }
+
+    /// The dialog service completed the turn.
+    pub fn dialog_finished(&mut self) {
+        if let Generation::Generating { dialog_done, .. } = &mut self.generation {
+            *dialog_done = true;
+        }
+    }
+
+    /// TTS delivered the context's final audio.
+    pub fn tts_finished(&mut self) {
+        if let Generation::Generating { tts_done, .. } = &mut self.generation {
+            *tts_done = true;
+        }
+    }
+
+    /// Holds `exit` until the reply is generated; gives it back when the
+    /// reply already is (marked), so the exit can start at once.
+    pub fn exit_after(&mut self, exit: Exit) -> Result<(), Exit> {
+        match &mut self.generation {
+            Generation::Generating { then, .. } => {
+                *then = Some(exit);
+                Ok(())
+            }
+            Generation::Marked(_) => Err(exit),
+        }
+    }
+
+    /// The exit waiting for this reply, taken (the reply was cut).
+    pub fn take_exit(&mut self) -> Option<Exit> {
+        match &mut self.generation {
+            Generation::Generating { then, .. } => then.take(),
+            Generation::Marked(_) => None,
+        }
+    }
+
+    /// Once the dialog and TTS are both done: marks the reply `turn-N` and
+    /// returns that marker's name with the exit that waited for it.
+    pub fn seal(&mut self) -> Option<(String, Option<Exit>)> {
+        let Generation::Generating {
+            dialog_done: true,
+            tts_done: true,
+            then,
+        } = &mut self.generation
+        else {
+            return None;
+        };
+        let exit = then.take();
+        let name = format!("turn-{}", self.turn.0);
+        self.generation = Generation::Marked(name.clone());
+        Some((name, exit))
     }
 
     /// The text the caller has heard: the frames sent less `unheard`, the
@@ -57,7 +140,7 @@ impl BotTurn {
     pub fn heard_text(&self, unheard: u64, format: LegFormat) -> &str {
         let played_ms = self.frames_sent.saturating_sub(unheard) * media::FRAME_MS;
         let total_ms = self
-            .tts_done
+            .tts_done()
             .then(|| format.audio().duration_of(self.audio_bytes).as_millis() as u64);
         played_prefix(&self.text, played_ms, total_ms)
     }
@@ -121,7 +204,11 @@ mod tests {
         let mut b = BotTurn::new(TurnId(1), ContextId(1), Instant::now());
         b.text = "one two three four".into();
         b.audio_bytes = 8_000; // 1 s
-        b.tts_done = true;
+        b.generation = Generation::Generating {
+            dialog_done: false,
+            tts_done: true,
+            then: None,
+        };
         b.frames_sent = 3; // 60 ms sent, all of it still in the carrier's buffer
         assert_eq!(b.heard_text(3, LegFormat::Mulaw8k), "");
         b.frames_sent = 50;

@@ -2,11 +2,22 @@
 //! core ([`core::CallCore`]).
 //!
 //! The shell maps the leg, the three provider channels, tool results and
-//! one timer to [`core::Input`]s, stamps them with the time, and performs
-//! the core's [`core::Command`]s as non-blocking sends. It never awaits the
-//! database or a provider: the only awaits are the `select!` itself and the
-//! bounded teardown after the core has ended. It knows no carrier wire
-//! type: it drives any [`Leg`].
+//! one timer to [`core::Input`]s, performs the core's [`core::Command`]s
+//! as non-blocking sends, and records the core's [`core::Report`]s as
+//! metrics (`meter.rs`). It never awaits the database or a provider: the
+//! only awaits are the `select!` itself and the bounded teardown after the
+//! core has ended. It knows no carrier wire type: it drives any [`Leg`].
+//!
+//! One step per input, and no step inside another: performing a command
+//! never calls back into the core; what its outcome teaches the core (a
+//! tool call refused at once) is queued as the next step's input.
+//!
+//! The clock: each step reads `Instant::now()` once, and the input is
+//! handled at that time. A step whose sends the core stamps (a turn's
+//! dialog request, TTS request or first frame, a barge-in's `clear`:
+//! [`core::CallCore::awaits_performed`]) reads it a second time after
+//! performing them, so the turn timing counts that work as callgate's own.
+//! The timer is re-armed from the core's deadline without reading the clock.
 //!
 //! Ownership: the actor holds the admission [`Permit`] for its whole life
 //! and releases it exactly once in teardown (or by unwinding on panic and
@@ -16,12 +27,14 @@
 pub mod bot;
 pub mod core;
 pub mod labels;
+pub mod meter;
 pub mod receipt;
 pub mod record;
 pub mod setup;
 pub mod tools;
 pub mod watchdog;
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -68,7 +81,12 @@ pub struct CallActor<L: Leg> {
     tools: ToolRunner,
     rec: Recorder,
     timer: Pin<Box<Sleep>>,
-    timer_at: Instant,
+    /// Where the timer is set (`None`: it fired and must be set again).
+    timer_at: Option<Instant>,
+    /// The timer's setting when the core asks for no deadline.
+    never: Instant,
+    /// Inputs for the next steps, ahead of any new event.
+    queued: VecDeque<Input>,
     speaking: Option<OwnedGauge>,
     /// The call's `recovering` share while a provider reconnects.
     recovery: Recovery,
@@ -110,7 +128,9 @@ impl<L: Leg> CallActor<L> {
             tools,
             rec,
             timer: Box::pin(tokio::time::sleep_until(far_future(now).into())),
-            timer_at: far_future(now),
+            timer_at: Some(far_future(now)),
+            never: far_future(now),
+            queued: VecDeque::new(),
             speaking: None,
             recovery: Recovery::new(Some(Arc::clone(&app.counters))),
             setup_ms,
@@ -140,15 +160,15 @@ impl<L: Leg> CallActor<L> {
         let lost = self.app.live.lost(self.rec.call).unwrap_or_default();
         let mut lost_told = false;
         // A call set up after the order was given still follows it.
-        let mut pending = drain_input(*orders.borrow_and_update());
+        self.queued.extend(drain_input(*orders.borrow_and_update()));
         self.perform();
         loop {
             if let Some(end) = self.core.ended() {
                 return end.clone();
             }
             self.rearm_timer();
-            let input = if let Some(order) = pending.take() {
-                order
+            let input = if let Some(queued) = self.queued.pop_front() {
+                queued
             } else {
                 tokio::select! {
                     ev = self.leg.next_event() => Input::Leg(ev),
@@ -157,7 +177,7 @@ impl<L: Leg> CallActor<L> {
                     Some(ev) = self.res.tts.1.recv(), if self.open.tts => Input::Tts(ev),
                     outcome = self.tools.next() => Input::Tool(outcome),
                     () = &mut self.timer => {
-                        self.timer_at = far_future(Instant::now());
+                        self.timer_at = None;
                         Input::Tick
                     }
                     () = lost.cancelled(), if !lost_told => {
@@ -172,11 +192,22 @@ impl<L: Leg> CallActor<L> {
                     }
                 }
             };
-            self.note_closed(&input);
-            self.note_recovery(&input);
-            self.core.handle(Instant::now(), input);
-            self.perform();
+            self.step(input);
+        }
+    }
+
+    /// One step: the input is handled at one clock read, its commands are
+    /// performed, and its reports recorded (module docs: the clock).
+    fn step(&mut self, input: Input) {
+        self.note_closed(&input);
+        self.note_recovery(&input);
+        self.core.handle(Instant::now(), input);
+        self.perform();
+        if self.core.awaits_performed() {
             self.core.performed(Instant::now());
+        }
+        while let Some(report) = self.core.next_report() {
+            meter::record(report);
         }
     }
 
@@ -208,10 +239,9 @@ impl<L: Leg> CallActor<L> {
     }
 
     fn rearm_timer(&mut self) {
-        let now = Instant::now();
-        let at = self.core.next_deadline().unwrap_or_else(|| far_future(now));
-        if at != self.timer_at {
-            self.timer_at = at;
+        let at = self.core.next_deadline().unwrap_or(self.never);
+        if self.timer_at != Some(at) {
+            self.timer_at = Some(at);
             self.timer.as_mut().reset(at.into());
         }
     }
@@ -271,8 +301,9 @@ impl<L: Leg> CallActor<L> {
                 ..
             } => {
                 if let Some(refused) = self.tools.start(id, turn, &name, arguments_json) {
-                    // Answered at once: the core learns it as a result.
-                    self.core.handle(Instant::now(), Input::Tool(refused));
+                    // Answered at once: the core learns it as the next
+                    // step's input, never from inside this one.
+                    self.queued.push_back(Input::Tool(refused));
                 }
             }
             // The core cancels everything still running at its terminal

@@ -37,6 +37,24 @@ pub enum Action {
     End(Clock),
 }
 
+impl Action {
+    /// The clock that stalled.
+    pub fn clock(self) -> Clock {
+        match self {
+            Action::Apologize(c) | Action::Transfer(c) | Action::End(c) => c,
+        }
+    }
+
+    /// The action's label in metrics and the call's timeline.
+    pub fn label(self) -> &'static str {
+        match self {
+            Action::Apologize(_) => "apology",
+            Action::Transfer(_) => "transfer",
+            Action::End(_) => "end",
+        }
+    }
+}
+
 /// Deadlines of the watchdog.
 #[derive(Debug, Clone, Copy)]
 pub struct WatchdogConfig {

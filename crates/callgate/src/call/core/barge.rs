@@ -33,9 +33,9 @@ use std::time::{Duration, Instant};
 
 use tracing::info;
 
-use super::{CallCore, Turn};
+use super::state::{Pause, Turn};
+use super::{CallCore, Report};
 use crate::leg::LegFormat;
-use crate::metrics as m;
 
 /// What stops the bot when the caller speaks over it (module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -97,28 +97,6 @@ impl BargeInConfig {
     }
 }
 
-/// A pause waiting for words.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Pause {
-    pub since: Instant,
-    /// Words before this commit the interruption.
-    pub confirm_by: Instant,
-    /// The window has passed and the VAD still hears sound: wait for its end.
-    pub awaiting_silence: bool,
-    /// Resume at the latest here.
-    pub give_up_at: Instant,
-}
-
-impl Pause {
-    pub fn deadline(&self) -> Instant {
-        if self.awaiting_silence {
-            self.give_up_at
-        } else {
-            self.confirm_by
-        }
-    }
-}
-
 /// The loudest frame sent within the echo tail: a sliding-window maximum
 /// (each entry is louder than every later one), O(1) per frame.
 #[derive(Debug)]
@@ -172,7 +150,7 @@ impl CallCore {
     /// The VAD confirmed speech that began at `onset`.
     pub(super) fn on_voice_onset(&mut self, onset: Instant, now: Instant) {
         self.timings.voice_onset = Some(onset);
-        if !self.is_live() || !self.bot_is_audible() || self.pause.is_some() {
+        if !self.is_live() || !self.bot_is_audible() || self.turn.pause().is_some() {
             return;
         }
         match self.cfg.barge_in.policy {
@@ -184,7 +162,7 @@ impl CallCore {
 
     /// Stops output in this step, keeping the turn (module docs).
     fn pause(&mut self, now: Instant) {
-        let Turn::Replying(b) = &mut self.turn else {
+        let Some(b) = self.turn.reply_mut() else {
             return;
         };
         let was_heard = b.frames_sent > 0;
@@ -197,21 +175,26 @@ impl CallCore {
             self.timings.stop_emitted();
         }
         let confirm = Duration::from_millis(u64::from(self.cfg.barge_in.confirm_ms));
-        self.pause = Some(Pause {
-            since: now,
-            confirm_by: now + confirm,
-            awaiting_silence: false,
-            give_up_at: now + confirm * 3,
-        });
+        if let Turn::Replying { pause, .. } = &mut self.turn {
+            *pause = Some(Pause {
+                since: now,
+                confirm_by: now + confirm,
+                awaiting_silence: false,
+                give_up_at: now + confirm * 3,
+            });
+        }
         self.interaction.barge_in_pauses += 1;
-        metrics::counter!(m::BARGE_IN_PAUSES).increment(1);
+        self.report(Report::BargeInPause);
         let detail = serde_json::json!({ "rewound_frames": rewound });
         self.event("barge_in_paused", detail, now);
     }
 
     /// Ends a pause whose window passed without words.
     pub(super) fn check_pause(&mut self, now: Instant) {
-        let Some(p) = self.pause.as_mut() else {
+        let Turn::Replying { pause, .. } = &mut self.turn else {
+            return;
+        };
+        let Some(p) = pause.as_mut() else {
             return;
         };
         if now < p.confirm_by {
@@ -222,14 +205,16 @@ impl CallCore {
             return;
         }
         let since = p.since;
-        self.pause = None;
+        *pause = None;
         self.pacer.release();
         // The sound was judged not to be the caller's words: no transcript
         // is owed for it.
         self.watchdog.speech_dismissed();
-        self.finalize_at = None;
+        if let Some(live) = self.live_mut() {
+            live.finalize_at = None;
+        }
         self.interaction.false_barge_ins += 1;
-        metrics::counter!(m::FALSE_BARGE_INS).increment(1);
+        self.report(Report::FalseBargeIn);
         let paused_ms = (now - since).as_millis() as u64;
         info!(paused_ms, "barge-in taken back: no words, the bot resumes");
         self.event(

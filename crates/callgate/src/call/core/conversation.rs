@@ -11,10 +11,10 @@ use tts_client::{ContextId, TtsEvent};
 
 use super::ToolOutcome;
 use super::outage::Outage;
-use super::{CallCore, Command, Rec, ToolTask, Turn};
+use super::state::Turn;
+use super::{CallCore, Command, Rec, Report, Stale, ToolTask};
 use crate::call::bot::{BotTurn, Exit};
 use crate::end::{End, EndReason, Provider};
-use crate::metrics as m;
 use crate::prompts::Prompt;
 
 impl CallCore {
@@ -70,7 +70,7 @@ impl CallCore {
             // still talking): the words are kept, but no reply is owed.
             return self.record_caller_turn(text, now);
         }
-        if matches!(self.turn, Turn::Replying(_)) {
+        if matches!(self.turn, Turn::Replying { .. }) {
             self.barge_in(now);
         }
         self.record_caller_turn(text, now);
@@ -81,7 +81,9 @@ impl CallCore {
             let voice_end = self.voice_end_for_turn(now);
             self.timings.begin(self.expected_turn, voice_end, now);
         }
-        self.reply_owed_since = Some(now);
+        self.turn = Turn::Owed {
+            owed_since: Some(now),
+        };
         self.watchdog.reply_owed(now);
     }
 
@@ -99,7 +101,9 @@ impl CallCore {
     /// Whether bot audio is queued here or still playing at the leg (or
     /// held by a pause).
     pub(super) fn bot_is_audible(&self) -> bool {
-        matches!(&self.turn, Turn::Replying(b) if b.frames_sent > 0 || b.audio_bytes > 0)
+        self.turn
+            .reply()
+            .is_some_and(|b| b.frames_sent > 0 || b.audio_bytes > 0)
     }
 
     /// The caller spoke over the bot: stop output in this very step
@@ -108,12 +112,13 @@ impl CallCore {
     /// turn's non-privileged tools cancelled. Late audio of the cancelled
     /// context is dropped as stale.
     pub(super) fn barge_in(&mut self, now: Instant) {
-        let Turn::Replying(b) = std::mem::replace(&mut self.turn, Turn::Listening) else {
+        let Some(cut) = self.turn.take_reply() else {
             return;
         };
+        let mut b = cut.bot;
         let heard = self.heard(&b, now);
         // A pause already sent its `clear`.
-        let paused = self.pause.take().is_some();
+        let paused = cut.pause.is_some();
         self.pacer.clear();
         self.prompt_frames = 0;
         self.watchdog.reply_audible();
@@ -138,9 +143,9 @@ impl CallCore {
             interrupted: true,
         });
         self.interaction.interruptions += 1;
-        metrics::counter!(m::BARGE_INS).increment(1);
+        self.report(Report::BargeIn);
         info!(turn = %b.turn, heard_chars = heard.len(), "barge-in: bot output stopped");
-        if let Some(exit) = self.pending_exit.take() {
+        if let Some(exit) = b.take_exit() {
             self.start_exit(exit, now);
         }
     }
@@ -233,10 +238,10 @@ impl CallCore {
     fn accept_turn(&mut self, turn: TurnId, now: Instant) -> bool {
         if turn != self.expected_turn || !self.is_live() {
             self.interaction.stale_dialog_events += 1;
-            metrics::counter!(m::STALE_DROPPED, "kind" => "dialog").increment(1);
+            self.report(Report::Stale(Stale::Dialog));
             return false;
         }
-        if matches!(&self.turn, Turn::Replying(b) if b.turn == turn) {
+        if self.turn.reply().is_some_and(|b| b.turn == turn) {
             return true;
         }
         self.next_ctx += 1;
@@ -244,8 +249,15 @@ impl CallCore {
         if self.links.tts {
             self.push(Command::TtsOpen(ctx));
         }
-        self.turn = Turn::Replying(BotTurn::new(turn, ctx, now));
-        self.answered_turn = Some(turn);
+        let owed_since = match self.turn {
+            Turn::Owed { owed_since } => owed_since,
+            _ => None,
+        };
+        self.turn = Turn::Replying {
+            bot: BotTurn::new(turn, ctx, now),
+            pause: None,
+            owed_since,
+        };
         true
     }
 
@@ -261,7 +273,7 @@ impl CallCore {
             }
             false
         }
-        let Turn::Replying(b) = &mut self.turn else {
+        let Some(b) = self.turn.reply_mut() else {
             return;
         };
         b.text.push_str(text);
@@ -280,17 +292,17 @@ impl CallCore {
     /// Makes TTS generate what it has buffered (e.g. "let me check" before
     /// a tool, or a finished sentence).
     fn flush_speech(&mut self) {
-        if let (Turn::Replying(b), true) = (&self.turn, self.links.tts) {
+        if let (Some(b), true) = (self.turn.reply(), self.links.tts) {
             let ctx = b.ctx;
             self.push(Command::TtsFlush(ctx));
         }
     }
 
     fn complete_turn(&mut self) {
-        let Turn::Replying(b) = &mut self.turn else {
+        let Some(b) = self.turn.reply_mut() else {
             return;
         };
-        b.dialog_done = true;
+        b.dialog_finished();
         let ctx = b.ctx;
         if self.links.tts {
             self.push(Command::TtsFlush(ctx));
@@ -301,11 +313,14 @@ impl CallCore {
     /// Exits after the reply being generated, or at once (the exit marker
     /// then queues behind any reply audio still playing).
     fn exit_when_quiet(&mut self, exit: Exit, now: Instant) {
-        if matches!(&self.turn, Turn::Replying(b) if b.mark.is_none()) {
-            self.pending_exit = Some(exit);
-        } else {
-            self.start_exit(exit, now);
-        }
+        let exit = match self.turn.reply_mut() {
+            Some(b) => match b.exit_after(exit) {
+                Ok(()) => return,
+                Err(exit) => exit,
+            },
+            None => exit,
+        };
+        self.start_exit(exit, now);
     }
 
     // ----- TTS ---------------------------------------------------------------
@@ -314,8 +329,8 @@ impl CallCore {
         match ev {
             TtsEvent::Audio { context, bytes } => {
                 let live = self.is_live();
-                match &mut self.turn {
-                    Turn::Replying(b) if b.ctx == context && live => {
+                match self.turn.reply_mut() {
+                    Some(b) if b.ctx == context && live => {
                         b.audio_bytes += bytes.len();
                         let behind_prompt = self.prompt_frames > 0;
                         self.timings.first_audio(b.turn, now, behind_prompt);
@@ -323,15 +338,15 @@ impl CallCore {
                     }
                     _ => {
                         self.interaction.stale_tts_audio_chunks += 1;
-                        metrics::counter!(m::STALE_DROPPED, "kind" => "tts_audio").increment(1);
+                        self.report(Report::Stale(Stale::TtsAudio));
                     }
                 }
             }
             TtsEvent::ContextFinal { context } => {
-                if let Turn::Replying(b) = &mut self.turn
+                if let Some(b) = self.turn.reply_mut()
                     && b.ctx == context
                 {
-                    b.tts_done = true;
+                    b.tts_finished();
                     self.finish_generation(now);
                 }
             }
@@ -357,16 +372,11 @@ impl CallCore {
     /// The reply is fully generated: queue its end-of-turn marker, and the
     /// exit that was waiting for it.
     fn finish_generation(&mut self, now: Instant) {
-        let Turn::Replying(b) = &mut self.turn else {
+        let Some((name, exit)) = self.turn.reply_mut().and_then(|b| b.seal()) else {
             return;
         };
-        if !b.generated() || b.mark.is_some() {
-            return;
-        }
-        let name = format!("turn-{}", b.turn.0);
-        b.mark = Some(name.clone());
         self.pacer.push_mark(name);
-        if let Some(exit) = self.pending_exit.take() {
+        if let Some(exit) = exit {
             self.start_exit(exit, now);
         }
     }

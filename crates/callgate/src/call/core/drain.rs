@@ -16,7 +16,8 @@ use std::time::Instant;
 
 use tracing::info;
 
-use super::{CallCore, Turn};
+use super::CallCore;
+use super::state::{Drain, Phase, Turn};
 use crate::end::{End, EndReason};
 use crate::prompts::Prompt;
 
@@ -27,10 +28,13 @@ const MARK: &str = "callgate-transfer:drain";
 impl CallCore {
     /// A `transfer` drain started: hand over at the next turn boundary.
     pub(super) fn drain_transfer_requested(&mut self, now: Instant) {
-        if !self.is_live() || self.drain_transfer {
+        let Some(live) = self.live_mut() else {
+            return;
+        };
+        if live.drain == Drain::HandOverDue {
             return;
         }
-        self.drain_transfer = true;
+        live.drain = Drain::HandOverDue;
         self.event("drain_transfer_requested", serde_json::json!({}), now);
         self.hand_over_if_at_boundary(now);
     }
@@ -38,32 +42,32 @@ impl CallCore {
     /// The drain was cancelled before this call reached a boundary: it
     /// stays. A hand-over already under way goes on.
     pub(super) fn drain_cancelled(&mut self, now: Instant) {
-        if self.drain_transfer && self.is_live() {
-            self.drain_transfer = false;
+        if let Some(live) = self.live_mut()
+            && live.drain == Drain::HandOverDue
+        {
+            live.drain = Drain::Serving;
             self.event("drain_transfer_cancelled", serde_json::json!({}), now);
         }
     }
 
     /// Whether the call is at a turn boundary (see the module docs).
     fn at_turn_boundary(&self) -> bool {
-        if self.pending_exit.is_some() || self.pause.is_some() {
-            return false;
-        }
         match &self.turn {
-            Turn::Replying(b) => b.mark.is_some(),
-            Turn::Listening => {
-                self.answered_turn == Some(self.expected_turn) && !self.vad.is_speaking()
-            }
+            Turn::Replying {
+                bot, pause: None, ..
+            } => bot.mark().is_some(),
+            Turn::Replying { .. } | Turn::Owed { .. } => false,
+            Turn::Listening => !self.vad.is_speaking(),
         }
     }
 
     /// Called after every input: starts the hand-over once it is due.
     pub(super) fn hand_over_if_at_boundary(&mut self, now: Instant) {
-        if !self.drain_transfer || !self.is_live() || !self.at_turn_boundary() {
+        let due = matches!(&self.phase, Phase::Live(live) if live.drain == Drain::HandOverDue);
+        if !due || !self.at_turn_boundary() {
             return;
         }
-        self.drain_transfer = false;
-        let behind_reply = matches!(self.turn, Turn::Replying(_));
+        let behind_reply = matches!(self.turn, Turn::Replying { .. });
         info!(
             behind_reply,
             "drain: handing the call over at its turn boundary"
@@ -75,6 +79,7 @@ impl CallCore {
         );
         self.pacer
             .push_audio(Prompt::Transfer.audio(self.cfg.format));
+        // Leaving `Live` drops the hand-over order with it.
         self.begin_ending(MARK.into(), End::new(EndReason::DrainTransfer, now), now);
         self.pump(now);
     }

@@ -1,5 +1,6 @@
-//! The core's inputs, commands and records: what the shell feeds it and
-//! what it asks the shell to do.
+//! The core's inputs, commands, records and reports: what the shell feeds
+//! it, what it asks the shell to do, and what it counted for the shell's
+//! metrics.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,8 @@ use tts_client::{ContextId, TtsEvent};
 
 use super::BargeInConfig;
 use super::ToolOutcome;
-use crate::call::watchdog::WatchdogConfig;
+use crate::call::watchdog::{Action, WatchdogConfig};
+use crate::end::{Culprit, Provider};
 use crate::leg::{LegEvent, LegFormat};
 
 /// What the core needs to know, fixed for the call.
@@ -48,6 +50,18 @@ pub enum Input {
     OwnershipLost,
     /// Only time passed (a deadline the core asked for).
     Tick,
+}
+
+impl Input {
+    /// Whether this input ends the call by itself (a second one after the
+    /// end is counted as a late cause).
+    pub fn is_terminal(&self) -> bool {
+        match self {
+            Input::Leg(ev) => ev.is_terminal(),
+            Input::DrainDeadline | Input::OwnershipLost => true,
+            _ => false,
+        }
+    }
 }
 
 /// Something the shell must do. Every command is a non-blocking send.
@@ -126,4 +140,46 @@ pub struct Interaction {
     pub stale_dialog_events: u64,
     pub stale_tts_audio_chunks: u64,
     pub max_reply_latency_ms: u64,
+}
+
+/// Something the core counted or measured. The shell turns each into its
+/// metric (`call/meter.rs`); the core itself never touches a metric.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Report {
+    /// A frame of caller audio arrived.
+    MediaIn,
+    /// The leg broke its carrier's protocol (the violation's kind).
+    ProtocolError(&'static str),
+    /// The watchdog acted on a stall blamed on `culprit`.
+    Stall { culprit: Culprit, action: Action },
+    /// A barge-in was committed: the bot's turn was cut.
+    BargeIn,
+    /// The bot's output was paused on the caller's voice.
+    BargeInPause,
+    /// A pause was taken back: no words came.
+    FalseBargeIn,
+    /// Speech onset → the leg's `clear` performed.
+    BargeInStop(Duration),
+    /// An event of a superseded turn or TTS context was dropped.
+    Stale(Stale),
+    /// A provider client began a reconnect attempt; `capacity`: the last
+    /// attempt was refused for capacity (else the link was down).
+    Reconnecting { provider: Provider, capacity: bool },
+    /// A provider client's connection is back.
+    Reconnected(Provider),
+    /// Media ready → the first frame of bot audio.
+    FirstAudio(Duration),
+    /// A caller turn's end → the first frame of its reply.
+    ReplyLatency(Duration),
+    /// callgate's own share of a turn's latency, µs (`timing.rs`).
+    TurnOwn { us: u64 },
+}
+
+/// What kind of stale event was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stale {
+    /// A dialog event of a turn that is no longer expected.
+    Dialog,
+    /// TTS audio of a context that is no longer current.
+    TtsAudio,
 }

@@ -1,26 +1,52 @@
-//! The call's decisions, sans-IO: events and `now` in, commands out.
+//! The call's decisions, sans-IO: events and `now` in, commands and
+//! reports out.
 //!
 //! [`CallCore`] owns turn taking, barge-in, bot-turn bookkeeping, tool
 //! policy, the watchdog's actions, the pacing of outbound audio, the final
 //! marker and the one terminal transition. It never reads a clock, never
-//! touches a socket and never awaits: the async shell
-//! ([`crate::call::CallActor`]) feeds it [`Input`]s with the time they
-//! happened, drains [`Command`]s and performs them as non-blocking sends,
-//! and sleeps until [`CallCore::next_deadline`]. Tests drive it on a
-//! virtual clock (`core/tests.rs`).
+//! touches a socket, never records a metric and never awaits: the async
+//! shell ([`crate::call::CallActor`]) feeds it [`Input`]s with the time
+//! they happened ([`CallCore::handle`]), performs its [`Command`]s
+//! ([`CallCore::next_command`]) as non-blocking sends, tells it when those
+//! sends were performed ([`CallCore::performed`]), turns its [`Report`]s
+//! ([`CallCore::next_report`]) into metrics, and sleeps until
+//! [`CallCore::next_deadline`]. Nothing the shell does calls back into the
+//! core while it performs: what a command's outcome teaches the core comes
+//! back as a later [`Input`]. Tests drive it on a virtual clock
+//! (`core/tests.rs`).
 //!
-//! States ([`Phase`]): `Live` — the conversation, itself either listening
-//! or replying (a [`BotTurn`] in progress) — then `Ending` (a final prompt
-//! and marker are playing; the call ends when the leg reports the marker
-//! played, or at a deadline), then `Ended`. `Ended` is reached exactly
-//! once; a second cause is counted and ignored, so the first cause is the
-//! one recorded.
+//! States (`state.rs`), each holding only what can exist in it:
+//! - [`Phase`]: `Live` (the conversation; it alone holds a drain
+//!   hand-over waiting for the next turn boundary and the STT nudge) →
+//!   `Ending` (a final prompt and marker are playing; the call ends when
+//!   the leg reports the marker played, or at a deadline) → `Ended` (the
+//!   first cause, and the count of later ones). A hang-up, a lost carrier
+//!   or dead media go from `Live` straight to `Ended`. `Ended` is reached
+//!   exactly once (`ending.rs`); a second cause is counted and ignored.
+//! - The turn: `Owed` (the greeting or the caller's latest turn has no
+//!   reply yet) → `Replying` (a [`BotTurn`](crate::call::bot::BotTurn),
+//!   with the barge-in pause that may hold it) → `Listening` (the reply
+//!   played out or was cut). A caller utterance makes a turn `Owed` again.
+//!   `Owed` and `Replying` carry the reply-latency clock until the first
+//!   frame of bot audio. A reply still playing when the call starts
+//!   `Ending` plays on ahead of the final prompt.
+//! - A reply's [`Generation`](crate::call::bot::Generation): `Generating`
+//!   (dialog and TTS not both done; an exit the dialog asked for waits
+//!   here) → `Marked` (its end-of-turn marker queued; only playback
+//!   remains).
+//!
+//! Outputs: [`CallCore::next_command`] (sends and ledger writes, in
+//! order), [`CallCore::next_report`] (what was counted or measured, for
+//! metrics) and [`CallCore::next_deadline`] (when to tick it). The
+//! receipt's figures are read through accessors once the call has ended.
 
 mod barge;
 mod conversation;
 mod drain;
+mod ending;
 mod io;
 mod outage;
+mod state;
 #[cfg(test)]
 mod tests;
 mod timing;
@@ -28,6 +54,7 @@ mod tool_memory;
 mod tool_outcome;
 
 pub use barge::{BargeInConfig, BargeInPolicy};
+pub use state::{Ended, Ending, Live, Phase};
 pub use timing::TurnLatency;
 
 use std::collections::{HashMap, VecDeque};
@@ -39,37 +66,13 @@ use state_store::{Speaker, Stage};
 use stt_client::UtteranceAssembler;
 use tracing::{debug, info, warn};
 
-use super::bot::{BotTurn, Exit};
 use super::watchdog::{Action, Clock, Watchdog};
 use crate::end::{Culprit, End, EndReason};
 use crate::leg::LegEvent;
-use crate::metrics as m;
 use crate::prompts::Prompt;
-pub use io::{Command, CoreConfig, Input, Interaction, Rec};
+pub use io::{Command, CoreConfig, Input, Interaction, Rec, Report, Stale};
+use state::Turn;
 pub use tool_outcome::ToolOutcome;
-
-/// The call's phase. See the module documentation.
-#[derive(Debug)]
-pub enum Phase {
-    Live,
-    Ending(Ending),
-    Ended(End),
-}
-
-/// A final prompt and marker are playing.
-#[derive(Debug)]
-pub struct Ending {
-    pub mark: String,
-    pub end: End,
-    pub deadline: Instant,
-}
-
-/// Whether the bot is replying.
-#[derive(Debug)]
-enum Turn {
-    Listening,
-    Replying(BotTurn),
-}
 
 /// Which provider links are still open.
 #[derive(Debug, Clone, Copy)]
@@ -92,20 +95,15 @@ pub struct CallCore {
     cfg: CoreConfig,
     phase: Phase,
     turn: Turn,
-    /// How the call ends once the current reply has been generated.
-    pending_exit: Option<Exit>,
     out: VecDeque<Command>,
+    reports: VecDeque<Report>,
     pacer: Pacer<String>,
     watchdog: Watchdog,
     /// Local VAD on caller audio: barge-in, and tells the watchdog when a
     /// transcript is owed.
     vad: media::vad::EnergyVad,
-    /// Bot output held on the caller's voice, waiting for words.
-    pause: Option<barge::Pause>,
     echo: barge::EchoRef,
     timings: timing::Timings,
-    /// The VAD's voice end already used for a turn's timing (audio ms).
-    timed_voice_end_ms: Option<u64>,
     assembler: UtteranceAssembler,
     links: Links,
     tools: HashMap<ToolCallId, ToolTask>,
@@ -113,27 +111,16 @@ pub struct CallCore {
     tool_memory: tool_memory::ToolMemory,
     /// The user turn the dialog's events must carry (0 = the greeting).
     expected_turn: TurnId,
-    /// The latest turn a reply was started for (`None`: not even the
-    /// greeting yet); equal to `expected_turn` when no reply is owed.
-    answered_turn: Option<TurnId>,
-    /// A `transfer` drain asked for a hand-over at the next turn boundary.
-    drain_transfer: bool,
     next_ctx: u64,
     /// Frames of a bundled prompt queued ahead of bot audio.
     prompt_frames: u64,
-    /// When to ask STT to `Finalize`: the caller stopped speaking (local
-    /// VAD) and no final has come; half the STT stall, so the provider is
-    /// nudged before the watchdog has to apologise.
-    finalize_at: Option<Instant>,
-    reply_owed_since: Option<Instant>,
+    /// When the words of the caller's current utterance were first heard.
     utterance_first_heard: Option<Instant>,
     last_media: Option<Instant>,
-    first_audio_sent: bool,
-    media_ready_at: Instant,
+    /// When media became ready, until the first frame of bot audio is sent.
+    first_audio_due: Option<Instant>,
     max_end: Instant,
     interaction: Interaction,
-    /// Terminal transitions attempted after the first (counted, ignored).
-    late_ends: u32,
 }
 
 impl CallCore {
@@ -146,17 +133,15 @@ impl CallCore {
             ..media::vad::VadConfig::default()
         };
         let mut core = CallCore {
-            phase: Phase::Live,
-            turn: Turn::Listening,
-            pending_exit: None,
+            phase: Phase::Live(Live::default()),
+            turn: Turn::Owed { owed_since: None },
             out: VecDeque::new(),
+            reports: VecDeque::new(),
             pacer: Pacer::new(f.frame_bytes(), f.silence(), cfg.lead),
             watchdog: Watchdog::new(cfg.watchdog, now),
             vad: media::vad::EnergyVad::new(vad_cfg, f.sample_rate()),
-            pause: None,
             echo: barge::EchoRef::new(&cfg.barge_in),
             timings: timing::Timings::default(),
-            timed_voice_end_ms: None,
             assembler: UtteranceAssembler::default(),
             links: Links {
                 stt: true,
@@ -166,19 +151,13 @@ impl CallCore {
             tools: HashMap::new(),
             tool_memory: tool_memory::ToolMemory::default(),
             expected_turn: TurnId(0),
-            answered_turn: None,
-            drain_transfer: false,
             next_ctx: 0,
             prompt_frames: 0,
-            finalize_at: None,
-            reply_owed_since: None,
             utterance_first_heard: None,
             last_media: None,
-            first_audio_sent: false,
-            media_ready_at: now,
+            first_audio_due: Some(now),
             max_end: now + cfg.max_duration,
             interaction: Interaction::default(),
-            late_ends: 0,
             cfg,
         };
         core.record(Rec::Stage(Stage::MediaReady, now));
@@ -188,46 +167,43 @@ impl CallCore {
 
     /// Handles one input that happened at `now`, then whatever time has
     /// made due (timers, outbound audio). Read the results with
-    /// [`CallCore::next_command`].
+    /// [`CallCore::next_command`] and [`CallCore::next_report`].
     pub fn handle(&mut self, now: Instant, input: Input) {
-        if matches!(self.phase, Phase::Ended(_)) {
+        if let Phase::Ended(ended) = &mut self.phase {
             // A second terminal cause (a hang-up racing our own end, a
             // drain deadline after it): counted, never recorded.
-            let terminal = matches!(&input, Input::Leg(ev) if ev.is_terminal())
-                || matches!(input, Input::DrainDeadline | Input::OwnershipLost);
-            if terminal {
-                self.late_ends += 1;
+            if input.is_terminal() {
+                ended.late_ends += 1;
             }
             return;
         }
-        {
-            match input {
-                Input::Leg(ev) => self.on_leg(ev, now),
-                Input::Stt(ev) => self.on_stt(ev, now),
-                Input::Dialog(ev) => self.on_dialog(ev, now),
-                Input::Tts(ev) => self.on_tts(ev, now),
-                Input::Tool(outcome) => self.on_tool_result(outcome, now),
-                Input::DrainDeadline => self.fail_over(
-                    End::new(EndReason::DrainDeadline, now),
-                    Prompt::Goodbye,
-                    "callgate-end:drain_deadline".into(),
-                    "drain_deadline",
-                    now,
-                ),
-                Input::OwnershipLost => self.fail_over(
-                    End::new(EndReason::OwnerFenced, now),
-                    Prompt::Goodbye,
-                    "callgate-end:owner_fenced".into(),
-                    "owner_fenced",
-                    now,
-                ),
-                Input::DrainTransfer => self.drain_transfer_requested(now),
-                Input::DrainCancelled => self.drain_cancelled(now),
-                Input::Tick => {}
-            }
+        match input {
+            Input::Leg(ev) => self.on_leg(ev, now),
+            Input::Stt(ev) => self.on_stt(ev, now),
+            Input::Dialog(ev) => self.on_dialog(ev, now),
+            Input::Tts(ev) => self.on_tts(ev, now),
+            Input::Tool(outcome) => self.on_tool_result(outcome, now),
+            Input::DrainDeadline => self.fail_over(
+                End::new(EndReason::DrainDeadline, now),
+                Prompt::Goodbye,
+                "callgate-end:drain_deadline".into(),
+                "drain_deadline",
+                now,
+            ),
+            Input::OwnershipLost => self.fail_over(
+                End::new(EndReason::OwnerFenced, now),
+                Prompt::Goodbye,
+                "callgate-end:owner_fenced".into(),
+                "owner_fenced",
+                now,
+            ),
+            Input::DrainTransfer => self.drain_transfer_requested(now),
+            Input::DrainCancelled => self.drain_cancelled(now),
+            Input::Tick => {}
         }
         self.on_time(now);
         self.hand_over_if_at_boundary(now);
+        self.reports.extend(self.timings.take_reports());
     }
 
     /// The next command to perform, in order.
@@ -235,14 +211,19 @@ impl CallCore {
         self.out.pop_front()
     }
 
+    /// The next thing counted or measured, for the shell's metrics.
+    pub fn next_report(&mut self) -> Option<Report> {
+        self.reports.pop_front()
+    }
+
     /// When [`CallCore::handle`] must next be called with [`Input::Tick`].
     pub fn next_deadline(&self) -> Option<Instant> {
         let pacer = self.pacer.next_deadline();
         let own = match &self.phase {
-            Phase::Live => {
+            Phase::Live(live) => {
                 let watch = self.watchdog.next_deadline().min(self.max_end);
-                let pause = self.pause.map(|p| p.deadline());
-                [Some(watch), self.finalize_at, pause]
+                let pause = self.turn.pause().map(|p| p.deadline());
+                [Some(watch), live.finalize_at, pause]
                     .into_iter()
                     .flatten()
                     .min()
@@ -260,20 +241,28 @@ impl CallCore {
     /// How the call ended, once it has.
     pub fn ended(&self) -> Option<&End> {
         match &self.phase {
-            Phase::Ended(end) => Some(end),
+            Phase::Ended(ended) => Some(&ended.end),
             _ => None,
         }
     }
 
     /// Whether bot audio of a reply is reaching the caller (the `speaking` gauge).
     pub fn is_speaking(&self) -> bool {
-        self.pause.is_none() && matches!(&self.turn, Turn::Replying(b) if b.frames_sent > 0)
+        matches!(&self.turn, Turn::Replying { bot, pause: None, .. } if bot.frames_sent > 0)
+    }
+
+    /// Whether the last step emitted sends the core stamps with the time
+    /// they were performed (turn timing, barge-in stops): then the shell
+    /// calls [`CallCore::performed`] once it has performed them.
+    pub fn awaits_performed(&self) -> bool {
+        self.timings.awaits_performed()
     }
 
     /// The shell performed every command of the last step at `at`: sends
     /// the core stamped at the step's `now` are re-stamped (timing.rs).
     pub fn performed(&mut self, at: Instant) {
         self.timings.performed(at);
+        self.reports.extend(self.timings.take_reports());
     }
 
     /// Each user turn's latency split (receipt `turns`), bounded.
@@ -305,7 +294,10 @@ impl CallCore {
 
     /// Terminal transitions attempted after the call had ended.
     pub fn late_ends(&self) -> u32 {
-        self.late_ends
+        match &self.phase {
+            Phase::Ended(ended) => ended.late_ends,
+            _ => 0,
+        }
     }
 
     /// When caller media last arrived.
@@ -334,8 +326,19 @@ impl CallCore {
         });
     }
 
+    fn report(&mut self, r: Report) {
+        self.reports.push_back(r);
+    }
+
     fn is_live(&self) -> bool {
-        matches!(self.phase, Phase::Live)
+        matches!(self.phase, Phase::Live(_))
+    }
+
+    fn live_mut(&mut self) -> Option<&mut Live> {
+        match &mut self.phase {
+            Phase::Live(live) => Some(live),
+            _ => None,
+        }
     }
 
     // ----- the leg ---------------------------------------------------------
@@ -373,7 +376,7 @@ impl CallCore {
             }
             LegEvent::Violation(v) => {
                 warn!(error = %v.detail, kind = v.kind, "closing leg: carrier protocol violation");
-                metrics::counter!(m::PROTOCOL_ERRORS, "kind" => v.kind).increment(1);
+                self.report(Report::ProtocolError(v.kind));
                 let detail = serde_json::json!({ "kind": v.kind, "detail": v.detail });
                 self.event("protocol_error", detail, now);
                 let end = End::new(EndReason::ProtocolViolation(v.kind), now).with_detail(v.detail);
@@ -386,7 +389,7 @@ impl CallCore {
         self.last_media = Some(now);
         self.watchdog.media_seen(now);
         self.listen_locally(&bytes, now);
-        metrics::counter!(m::MEDIA_IN).increment(1);
+        self.report(Report::MediaIn);
         if self.links.stt && !bytes.is_empty() {
             self.push(Command::SttAudio(bytes));
         }
@@ -401,14 +404,19 @@ impl CallCore {
             match ev {
                 media::vad::VadEvent::SpeechStart { at_ms } => {
                     self.watchdog.caller_speech_started(now);
-                    self.finalize_at = None;
+                    if let Some(live) = self.live_mut() {
+                        live.finalize_at = None;
+                    }
                     let onset = self.audio_instant(at_ms, now);
                     self.on_voice_onset(onset, now);
                 }
                 media::vad::VadEvent::SpeechEnd { .. } if self.is_live() => {
                     self.watchdog.caller_speech_ended(now);
-                    if self.watchdog.transcript_owed() {
-                        self.finalize_at = Some(now + self.cfg.watchdog.stt_stall / 2);
+                    let at = now + self.cfg.watchdog.stt_stall / 2;
+                    if self.watchdog.transcript_owed()
+                        && let Some(live) = self.live_mut()
+                    {
+                        live.finalize_at = Some(at);
                     }
                 }
                 media::vad::VadEvent::SpeechEnd { .. } => {}
@@ -426,57 +434,24 @@ impl CallCore {
     /// When the caller's voice last ended, once per turn (timing).
     fn voice_end_for_turn(&mut self, now: Instant) -> Option<Instant> {
         let end = self.vad.last_voice_end_ms()?;
-        if self.timed_voice_end_ms == Some(end) {
-            return None;
-        }
-        self.timed_voice_end_ms = Some(end);
-        Some(self.audio_instant(end, now))
-    }
-
-    /// The peer ended the call. During a final prompt the first cause (the
-    /// reason the call was ending) stays the recorded one.
-    fn peer_left(&mut self, end: End) {
-        let at = end.at;
-        if let Phase::Ending(e) = &self.phase {
-            let mut first = e.end.clone();
-            first.at = at;
-            first.peer_left = true;
-            let left = end.reason.label();
-            self.event(
-                "peer_left_during_final_prompt",
-                serde_json::json!({ "why": left }),
-                at,
-            );
-            self.finish(first);
-        } else {
-            self.finish(end);
-        }
+        self.timings
+            .voice_end_unused(end)
+            .then(|| self.audio_instant(end, now))
     }
 
     fn on_played(&mut self, name: &str, now: Instant) {
-        if let Phase::Ending(e) = &self.phase
-            && e.mark == name
-        {
-            let mut end = e.end.clone();
-            end.at = now;
-            // The leg says the caller heard the final prompt to its end.
-            self.event(
-                "final_prompt_played",
-                serde_json::json!({ "mark": name }),
-                now,
-            );
-            self.finish(end);
+        if self.final_mark_played(name, now) {
             return;
         }
         // While paused, the turn's mark came back from the `clear`; it is
         // queued again behind the audio that resumes.
-        let finished = self.pause.is_none()
-            && matches!(&self.turn, Turn::Replying(b) if b.mark.as_deref() == Some(name));
-        if finished && let Turn::Replying(b) = std::mem::replace(&mut self.turn, Turn::Listening) {
+        let finished = matches!(&self.turn,
+            Turn::Replying { bot, pause: None, .. } if bot.mark() == Some(name));
+        if finished && let Some(cut) = self.turn.take_reply() {
             self.record(Rec::Turn {
                 speaker: Speaker::Bot,
-                text: b.text,
-                span: (b.started_at, now),
+                text: cut.bot.text,
+                span: (cut.bot.started_at, now),
                 interrupted: false,
             });
             self.interaction.bot_turns += 1;
@@ -488,28 +463,16 @@ impl CallCore {
     fn on_time(&mut self, now: Instant) {
         match &self.phase {
             Phase::Ended(_) => return,
-            Phase::Ending(e) if now >= e.deadline => {
-                warn!(mark = %e.mark, "final marker not reported played in time; ending anyway");
-                let mut end = e.end.clone();
-                end.at = now;
-                let mark = e.mark.clone();
-                self.event(
-                    "final_prompt_unconfirmed",
-                    serde_json::json!({ "mark": mark }),
-                    now,
-                );
-                self.finish(end);
-                return;
-            }
+            Phase::Ending(e) if now >= e.deadline => return self.final_mark_overdue(now),
             Phase::Ending(_) => {}
-            Phase::Live if now >= self.max_end => self.fail_over(
+            Phase::Live(_) if now >= self.max_end => self.fail_over(
                 End::new(EndReason::MaxDuration, now),
                 Prompt::Goodbye,
                 "callgate-end:max_duration".into(),
                 "max_duration",
                 now,
             ),
-            Phase::Live => {
+            Phase::Live(_) => {
                 self.check_pause(now);
                 self.nudge_stt(now);
                 while self.is_live()
@@ -525,11 +488,13 @@ impl CallCore {
     /// Speech ended a while ago and no final came (a provider whose
     /// endpointing missed it): ask for `Finalize`, once.
     fn nudge_stt(&mut self, now: Instant) {
-        let Some(at) = self.finalize_at else { return };
-        if !self.watchdog.transcript_owed() {
-            self.finalize_at = None;
+        let owed = self.watchdog.transcript_owed();
+        let Some(live) = self.live_mut() else { return };
+        let Some(at) = live.finalize_at else { return };
+        if !owed {
+            live.finalize_at = None;
         } else if now >= at {
-            self.finalize_at = None;
+            live.finalize_at = None;
             if self.links.stt {
                 debug!("speech ended without a final; asking STT to finalize");
                 self.push(Command::SttFinalize);
@@ -541,30 +506,26 @@ impl CallCore {
     /// Who is to blame for an owed reply that is not being heard.
     fn reply_culprit(&self) -> Culprit {
         match &self.turn {
-            Turn::Listening => Culprit::Dialog,
-            Turn::Replying(_) if !self.tools.is_empty() => Culprit::Tool,
-            Turn::Replying(b) if b.audio_bytes == 0 && !b.dialog_done => Culprit::Dialog,
-            Turn::Replying(_) => Culprit::Tts,
+            Turn::Owed { .. } | Turn::Listening => Culprit::Dialog,
+            Turn::Replying { .. } if !self.tools.is_empty() => Culprit::Tool,
+            Turn::Replying { bot, .. } if bot.audio_bytes == 0 && !bot.dialog_done() => {
+                Culprit::Dialog
+            }
+            Turn::Replying { .. } => Culprit::Tts,
         }
     }
 
     fn on_stall(&mut self, action: Action, now: Instant) {
-        let clock = match action {
-            Action::Apologize(c) | Action::Transfer(c) | Action::End(c) => c,
-        };
+        let clock = action.clock();
         let culprit = match clock {
             Clock::Reply => self.reply_culprit(),
             Clock::Stt => Culprit::Stt,
             Clock::Media => Culprit::CarrierMedia,
         };
-        let label = match action {
-            Action::Apologize(_) => "apology",
-            Action::Transfer(_) => "transfer",
-            Action::End(_) => "end",
-        };
+        let label = action.label();
         let what = culprit.as_str();
         warn!(clock = ?clock, culprit = what, action = label, "watchdog: stall");
-        metrics::counter!(m::STALLS, "culprit" => what, "action" => label).increment(1);
+        self.report(Report::Stall { culprit, action });
         let detail = serde_json::json!({ "culprit": what, "action": label });
         self.event("stall", detail, now);
         match action {
@@ -598,103 +559,6 @@ impl CallCore {
         self.prompt_frames += audio.len().div_ceil(self.cfg.format.frame_bytes()) as u64;
     }
 
-    // ----- endings -----------------------------------------------------------
-
-    /// Something failed mid-call: stop what is playing, play a bundled
-    /// prompt, and end with `end` once it has been heard.
-    fn fail_over(&mut self, end: End, prompt: Prompt, mark: String, event: &str, now: Instant) {
-        if !self.is_live() {
-            return;
-        }
-        if let Turn::Replying(b) = std::mem::replace(&mut self.turn, Turn::Listening) {
-            if b.frames_sent > 0 {
-                self.push(Command::Clear);
-            }
-            if self.links.tts {
-                self.push(Command::TtsCancel(b.ctx));
-            }
-            self.record_cut_turn(&b, now);
-        }
-        self.pending_exit = None;
-        self.pause = None;
-        self.pacer.clear();
-        self.prompt_frames = 0;
-        self.pacer.push_audio(prompt.audio(self.cfg.format));
-        self.event(event, serde_json::json!({}), now);
-        self.begin_ending(mark, end, now);
-    }
-
-    /// What the caller heard of `b` (call before the pacer is cleared).
-    fn heard(&self, b: &BotTurn, now: Instant) -> String {
-        let unheard = u64::from(self.pacer.in_flight(now));
-        b.heard_text(unheard, self.cfg.format).to_string()
-    }
-
-    fn record_cut_turn(&mut self, b: &BotTurn, now: Instant) {
-        let heard = self.heard(b, now);
-        self.record(Rec::Turn {
-            speaker: Speaker::Bot,
-            text: heard,
-            span: (b.started_at, now),
-            interrupted: true,
-        });
-    }
-
-    fn start_exit(&mut self, exit: Exit, now: Instant) {
-        let (mark, end) = match exit {
-            Exit::Transfer(r) => (
-                format!("callgate-transfer:{r}"),
-                End::new(EndReason::Transferred, now).with_detail(r),
-            ),
-            Exit::End(r) => (
-                format!("callgate-end:{r}"),
-                End::new(EndReason::BotEnded, now).with_detail(r),
-            ),
-        };
-        self.begin_ending(mark, end, now);
-    }
-
-    fn begin_ending(&mut self, mark: String, end: End, now: Instant) {
-        if !self.is_live() {
-            return;
-        }
-        self.watchdog.nothing_owed();
-        self.pacer.push_mark(mark.clone());
-        // Re-armed to the grace once the marker is actually sent (`pump`):
-        // a prompt slowed by CPU pressure must not be cut short.
-        let deadline = now + self.pacer.queued() * 2 + self.cfg.final_mark_grace;
-        info!(reason = %end.ledger(), "call ending after its final prompt");
-        self.phase = Phase::Ending(Ending {
-            mark,
-            end,
-            deadline,
-        });
-    }
-
-    /// The one terminal transition. Idempotent: a later cause is counted
-    /// and dropped, so the first cause is the one recorded. Nothing outlives
-    /// the call: every tool still running is cancelled here.
-    fn finish(&mut self, end: End) {
-        if let Phase::Ended(first) = &self.phase {
-            self.late_ends += 1;
-            info!(first = %first.ledger(), late = %end.ledger(), "call already ended; later cause ignored");
-            return;
-        }
-        if let Turn::Replying(b) = std::mem::replace(&mut self.turn, Turn::Listening) {
-            self.record_cut_turn(&b, end.at);
-        }
-        let mut ids: Vec<_> = self.tools.drain().map(|(id, _)| id).collect();
-        ids.sort_by(|a, b| a.0.cmp(&b.0));
-        for id in ids {
-            self.push(Command::ToolCancel(id));
-        }
-        self.pending_exit = None;
-        self.pause = None;
-        self.watchdog.nothing_owed();
-        self.pacer.clear();
-        self.phase = Phase::Ended(end);
-    }
-
     // ----- outbound audio ------------------------------------------------------
 
     /// Releases every frame and marker that is due.
@@ -722,8 +586,11 @@ impl CallCore {
     /// A reply that started playing and then ran dry before it was fully
     /// generated (TTS slow, a tool slow) is owed again.
     fn watch_underrun(&mut self, now: Instant) {
-        let dry = self.pacer.is_idle() && self.is_live() && self.pause.is_none();
-        if dry && matches!(&self.turn, Turn::Replying(b) if b.frames_sent > 0 && !b.tts_done) {
+        let dry = self.pacer.is_idle() && self.is_live();
+        if dry
+            && matches!(&self.turn,
+                Turn::Replying { bot, pause: None, .. } if bot.frames_sent > 0 && !bot.tts_done())
+        {
             self.watchdog.reply_owed(now);
         }
     }
@@ -733,20 +600,19 @@ impl CallCore {
             self.prompt_frames -= 1;
             return;
         }
-        if !self.first_audio_sent {
-            self.first_audio_sent = true;
+        if let Some(ready) = self.first_audio_due.take() {
             self.record(Rec::Stage(Stage::FirstPlayableAudio, now));
-            metrics::histogram!(m::FIRST_AUDIO).record((now - self.media_ready_at).as_secs_f64());
+            self.report(Report::FirstAudio(now - ready));
         }
-        if let Some(since) = self.reply_owed_since.take() {
+        if let Some(since) = self.turn.stop_reply_clock() {
             let latency = now - since;
             self.interaction.max_reply_latency_ms = self
                 .interaction
                 .max_reply_latency_ms
                 .max(latency.as_millis() as u64);
-            metrics::histogram!(m::REPLY_LATENCY).record(latency.as_secs_f64());
+            self.report(Report::ReplyLatency(latency));
         }
-        if let Turn::Replying(b) = &mut self.turn {
+        if let Some(b) = self.turn.reply_mut() {
             b.frames_sent += 1;
             self.timings.first_frame(b.turn, now);
             self.watchdog.reply_audible();

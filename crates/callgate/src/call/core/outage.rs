@@ -1,6 +1,7 @@
 //! Provider outages the clients ride out on their own: a dropped STT, TTS
 //! or dialog connection is reconnected inside its client, and the core only
-//! hears about it to count it, log it and leave a timeline event. The
+//! hears about it to report it (the shell counts it), log it and leave a
+//! timeline event. The
 //! caller is covered meanwhile by the watchdog's clocks (a reply that runs
 //! dry plays the apology); a client that gives up ends with `Closed`,
 //! which takes the ordinary provider-closed path (apology, transfer).
@@ -10,9 +11,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tracing::{info, warn};
 
-use super::CallCore;
+use super::{CallCore, Report};
 use crate::end::Provider;
-use crate::metrics as m;
 
 /// One reconnect report from a provider client.
 pub(crate) enum Outage<'a> {
@@ -56,15 +56,14 @@ impl CallCore {
                     provider = p,
                     attempt, why, error, "provider connection lost; reconnecting"
                 );
-                metrics::counter!(m::RECONNECT_ATTEMPTS, "provider" => p, "why" => why)
-                    .increment(1);
+                self.report(Report::Reconnecting { provider, capacity });
                 let detail = json!({ "provider": p, "attempt": attempt, "why": why });
                 self.event("provider_reconnecting", detail, now);
             }
             Outage::Reconnected { down_for } => {
                 let down_ms = down_for.as_millis() as u64;
                 info!(provider = p, down_ms, "provider connection restored");
-                metrics::counter!(m::RECONNECTED, "provider" => p).increment(1);
+                self.report(Report::Reconnected(provider));
                 let detail = json!({ "provider": p, "down_ms": down_ms });
                 self.event("provider_reconnected", detail, now);
             }

@@ -16,6 +16,7 @@ use crate::leg::{LegEvent, LegFormat};
 
 mod barge_tests;
 mod drain_tests;
+mod report_tests;
 
 pub(super) const FRAME: Duration = Duration::from_millis(20);
 
@@ -39,12 +40,14 @@ pub(super) fn config(format: LegFormat) -> CoreConfig {
     }
 }
 
-/// A call core, its virtual clock, and every command it has emitted.
+/// A call core, its virtual clock, and every command and report it has
+/// emitted.
 pub(super) struct Sim {
     pub(super) core: CallCore,
     pub(super) now: Instant,
     pub(super) format: LegFormat,
     pub(super) log: Vec<Command>,
+    pub(super) reports: Vec<Report>,
 }
 
 impl Sim {
@@ -55,6 +58,7 @@ impl Sim {
             now,
             format: cfg.format,
             log: Vec::new(),
+            reports: Vec::new(),
         };
         s.drain();
         s
@@ -75,6 +79,9 @@ impl Sim {
         self.core.handle(self.now, input);
         let out = self.drain();
         self.core.performed(self.now);
+        while let Some(r) = self.core.next_report() {
+            self.reports.push(r);
+        }
         out
     }
 

@@ -25,13 +25,14 @@
 //! the whole.
 //!
 //! Bounded: the first [`MAX_TIMED_TURNS`] turns are kept for the receipt;
-//! later ones feed the histograms and are counted in `untimed`.
+//! later ones are still reported ([`Report::TurnOwn`]) and counted in
+//! `untimed`.
 
 use std::time::{Duration, Instant};
 
 use dialog_grpc::TurnId;
 
-use crate::metrics as m;
+use super::Report;
 
 /// Turns kept per call for the receipt.
 pub const MAX_TIMED_TURNS: usize = 64;
@@ -73,7 +74,7 @@ struct TurnClock {
 }
 
 /// Sends stamped in this step, re-stamped when the shell performed them.
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Unperformed {
     dialog_sent: bool,
     tts_request: bool,
@@ -93,6 +94,10 @@ pub struct Timings {
     pub(super) voice_onset: Option<Instant>,
     /// Longest onset → `clear` performed, µs.
     pub(super) max_stop_us: Option<u64>,
+    /// The VAD's voice end (audio ms) already used for a turn's timing.
+    voice_end_used_ms: Option<u64>,
+    /// Measurements for the shell's metrics, not yet taken.
+    reports: Vec<Report>,
 }
 
 fn us(d: Duration) -> u64 {
@@ -176,6 +181,24 @@ impl Timings {
         }
     }
 
+    /// Whether the VAD's voice end `end_ms` has not yet timed a turn (and
+    /// now has).
+    pub fn voice_end_unused(&mut self, end_ms: u64) -> bool {
+        let unused = self.voice_end_used_ms != Some(end_ms);
+        self.voice_end_used_ms = Some(end_ms);
+        unused
+    }
+
+    /// Whether sends of this step wait for [`Timings::performed`].
+    pub fn awaits_performed(&self) -> bool {
+        self.pending != Unperformed::default()
+    }
+
+    /// The measurements made since the last call.
+    pub fn take_reports(&mut self) -> std::vec::Drain<'_, Report> {
+        self.reports.drain(..)
+    }
+
     /// A `clear` for speech that began at the last voice onset was emitted.
     pub fn stop_emitted(&mut self) {
         self.pending.stop = self.voice_onset;
@@ -186,7 +209,7 @@ impl Timings {
         let p = std::mem::take(&mut self.pending);
         if let Some(onset) = p.stop {
             let stop = at.saturating_duration_since(onset);
-            metrics::histogram!(m::BARGE_IN_STOP).record(stop.as_secs_f64());
+            self.reports.push(Report::BargeInStop(stop));
             self.max_stop_us = self.max_stop_us.max(Some(us(stop)));
         }
         let Some(c) = self.current.as_mut() else {
@@ -211,7 +234,7 @@ impl Timings {
         };
         let l = c.latency();
         if let Some(own) = l.own_us {
-            metrics::histogram!(m::TURN_OWN).record(own as f64 / 1e6);
+            self.reports.push(Report::TurnOwn { us: own });
         }
         if self.done.len() < MAX_TIMED_TURNS {
             self.done.push(l);

@@ -60,7 +60,7 @@ fn a_reply_being_spoken_is_finished_before_the_hand_over() {
         ["drain_transfer_requested"],
         "mid-reply: it waits"
     );
-    assert!(matches!(s.core.phase(), Phase::Live));
+    assert!(matches!(s.core.phase(), Phase::Live(_)));
     // The reply goes on and completes; then the prompt queues behind it.
     s.step(dialog_text(1, "At eight?"));
     s.step(Input::Dialog(DialogEvent::TurnComplete { turn: TurnId(1) }));
@@ -91,7 +91,7 @@ fn a_caller_awaiting_a_reply_hears_it_before_the_hand_over() {
     let step = s.step(Input::DrainTransfer);
     assert!(!events(&step).contains(&"drain_transfer".to_string()));
     s.pass(Duration::from_millis(500));
-    assert!(matches!(s.core.phase(), Phase::Live));
+    assert!(matches!(s.core.phase(), Phase::Live(_)));
     s.reply(1, 2, "It is.", Duration::from_millis(300));
     let out = s.pass(Duration::from_secs(4));
     assert_eq!(marks(&out), ["turn-1", HANDOVER]);
@@ -104,7 +104,7 @@ fn the_greeting_is_a_turn_too() {
     s.step(Input::DrainTransfer);
     s.pass(Duration::from_millis(200));
     assert!(
-        matches!(s.core.phase(), Phase::Live),
+        matches!(s.core.phase(), Phase::Live(_)),
         "the greeting is owed"
     );
     s.reply(0, 1, "Hello!", Duration::from_millis(300));
@@ -122,7 +122,7 @@ fn a_cancelled_drain_leaves_a_waiting_call_live() {
     s.reply(1, 2, "Lunch too.", Duration::from_millis(300));
     let out = s.pass(Duration::from_secs(2));
     assert_eq!(marks(&out), ["turn-1"], "no hand-over after the cancel");
-    assert!(matches!(s.core.phase(), Phase::Live));
+    assert!(matches!(s.core.phase(), Phase::Live(_)));
 }
 
 #[test]
