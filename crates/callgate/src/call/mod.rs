@@ -85,7 +85,11 @@ pub struct CallActor<L: Leg> {
     timer_at: Option<Instant>,
     /// The timer's setting when the core asks for no deadline.
     never: Instant,
-    /// Inputs for the next steps, ahead of any new event.
+    /// Inputs for the next steps, ahead of any new event. Bounded by
+    /// construction: the drain order at start, then one refused tool call
+    /// per `ToolStart` command of the step just performed (the core emits at
+    /// most one per dialog event), and it is emptied before the next event
+    /// is read, so it never holds more than one step's refusals.
     queued: VecDeque<Input>,
     speaking: Option<OwnedGauge>,
     /// The call's `recovering` share while a provider reconnects.
