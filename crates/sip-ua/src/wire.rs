@@ -464,6 +464,50 @@ mod tests {
     }
 
     #[test]
+    fn refuses_the_lines_rsip_would_drop_or_split() {
+        // rsip drops a header line without a colon and takes any name.
+        let no_colon = INVITE.replace("i: x1\r\n", "i: x1\r\nno colon\r\n");
+        let rsip_view = rsip::SipMessage::try_from(no_colon.as_bytes()).unwrap();
+        assert_eq!(rsip::HasHeaders::headers(&rsip_view).len(), 6);
+        assert_eq!(
+            frame(no_colon.as_bytes(), 4096),
+            Err(WireError::BadHeaderLine)
+        );
+        let bad_name = INVITE.replace("i: x1\r\n", "i: x1\r\nX Y: z\r\n");
+        assert!(rsip::SipMessage::try_from(bad_name.as_bytes()).is_ok());
+        assert_eq!(
+            frame(bad_name.as_bytes(), 4096),
+            Err(WireError::BadHeaderLine)
+        );
+        // rsip ends a line at a bare LF, which the framed text does not.
+        let bare_lf = INVITE.replace("i: x1\r\n", "i: x1\nX-Y: z\r\n");
+        assert_eq!(
+            frame(bare_lf.as_bytes(), 4096),
+            Err(WireError::BadHeaderLine)
+        );
+        let folded_first = INVITE.replacen("\r\nv:", "\r\n v:", 1);
+        assert_eq!(
+            frame(folded_first.as_bytes(), 4096),
+            Err(WireError::BadHeaderLine)
+        );
+    }
+
+    #[test]
+    fn an_extension_method_is_framed_with_the_headers_rsip_parsed() {
+        // rsip refuses the request line (its Method has no extension
+        // methods), yet the request must be answered 501 with its headers.
+        let foo = INVITE
+            .replacen("INVITE sip", "FOO sip", 1)
+            .replace("1 INVITE", "1 FOO");
+        assert!(rsip::SipMessage::try_from(foo.as_bytes()).is_err());
+        let f = frame(foo.as_bytes(), 4096).unwrap();
+        assert_eq!(f.method(), Some("FOO"));
+        assert!(f.start_refused.as_deref().is_some_and(|e| e.contains("FOO")));
+        assert_eq!((f.call_id(), f.from_tag().as_deref()), ("x1", Some("1")));
+        assert_eq!(f.cseq(), Some((1, "FOO".into())));
+    }
+
+    #[test]
     fn response_copies_the_transaction_headers_and_adds_a_tag() {
         let f = frame(INVITE.as_bytes(), 4096).unwrap();
         let r = response(
