@@ -9,10 +9,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
-use crate::dialog::Dialog;
-use crate::txn::{Due, Retransmit};
 use rsipstack::sip::HeadersExt as _;
 
+use crate::dialog::Dialog;
+use crate::txn::{Due, Retransmit};
 use crate::wire::{self, Framed, StartLine, WireError};
 use crate::{CallKey, Config, Event, Invite, Output, Peer, TxnKey};
 
@@ -170,15 +170,14 @@ impl Endpoint {
     fn well_formed(&mut self, req: &Framed, method: &str, from: Peer) -> bool {
         let known = !NOT_ALLOWED.contains(&method) && ALLOW.contains(method);
         if known && let Some(e) = &req.start_refused {
-            let e = e.clone();
-            let extra = [("Warning", format!("399 callgate \"{}\"", quote(&e)))];
+            let extra = [("Warning", format!("399 callgate \"{}\"", quote(e)))];
             self.send(
                 from,
                 wire::response(req, 400, "Bad Request", None, &extra, None),
             );
             self.emit(Event::Malformed {
                 from,
-                error: WireError::BadStartLine(e),
+                error: WireError::BadStartLine(e.clone()),
                 answered: true,
             });
             return false;

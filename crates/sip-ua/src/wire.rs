@@ -502,7 +502,11 @@ mod tests {
         assert!(rsip::SipMessage::try_from(foo.as_bytes()).is_err());
         let f = frame(foo.as_bytes(), 4096).unwrap();
         assert_eq!(f.method(), Some("FOO"));
-        assert!(f.start_refused.as_deref().is_some_and(|e| e.contains("FOO")));
+        assert!(
+            f.start_refused
+                .as_deref()
+                .is_some_and(|e| e.contains("FOO"))
+        );
         assert_eq!((f.call_id(), f.from_tag().as_deref()), ("x1", Some("1")));
         assert_eq!(f.cseq(), Some((1, "FOO".into())));
     }
