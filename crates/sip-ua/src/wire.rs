@@ -14,9 +14,9 @@
 //! strict about exactly those things on rsip's result: a size bound, one
 //! numeric `Content-Length` that the datagram honours, a well-formed start
 //! line (read here: rsip has no extension methods, so nobody could answer
-//! them `501`), every header line a `token: value` (or folded onto one), and
-//! the five headers every response copies (`Via`, `From`, `To`, `Call-ID`,
-//! `CSeq`).
+//! them `501`), every header line a `token: value` (or folded onto one)
+//! ended by CRLF (rsip also ends a line at a bare LF), and the five headers
+//! every response copies (`Via`, `From`, `To`, `Call-ID`, `CSeq`).
 //!
 //! What it never does: resolve, route or decide anything; it says what a
 //! message holds and writes what the endpoint answers.
