@@ -274,9 +274,7 @@ impl Endpoint {
 
 /// The request's `Record-Route` headers, in order, as a response copies them.
 fn record_routes(req: &wire::Framed) -> Vec<(&'static str, String)> {
-    req.headers
-        .iter()
-        .filter(|(n, _)| n.eq_ignore_ascii_case("Record-Route"))
-        .map(|(_, v)| ("Record-Route", v.clone()))
+    req.record_routes()
+        .map(|v| ("Record-Route", v.to_string()))
         .collect()
 }

@@ -8,6 +8,8 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 
+use rsipstack::sip as rsip;
+
 use crate::wire::{self, Framed};
 use crate::{Peer, Transport};
 
@@ -17,14 +19,16 @@ pub struct Dialog {
     pub call_id: String,
     pub local_tag: String,
     pub remote_tag: String,
-    /// The INVITE's `To` (our URI, without a tag) and `From` (theirs, with
-    /// its tag), as sent.
+    /// The INVITE's `To` (our URI, without a tag: a `To` tag makes an
+    /// INVITE a re-INVITE) and `From` (theirs, with its tag), as sent.
     local: String,
     remote: String,
-    /// The peer's `Contact` URI.
+    /// The peer's `Contact` URI, as sent.
     remote_target: String,
-    /// `Record-Route` of the INVITE, in order (the UAS route set).
+    /// `Record-Route` of the INVITE, in order, as sent (the UAS route set).
     routes: Vec<String>,
+    /// Whether the first route is a strict router's (no `lr` parameter).
+    strict: bool,
     local_cseq: u32,
     /// The highest CSeq seen from the peer.
     pub remote_cseq: u32,
@@ -35,25 +39,18 @@ pub struct Dialog {
 impl Dialog {
     /// The dialog an INVITE makes once we answer it with `local_tag`.
     pub fn from_invite(invite: &Framed, local_tag: &str, source: Peer) -> Dialog {
-        let remote = invite.header("From").unwrap_or_default().to_string();
-        let contact = invite
-            .header_values("Contact")
-            .first()
-            .map(|c| wire::uri_of(c).to_string());
-        let routes = invite
-            .header_values("Record-Route")
-            .into_iter()
-            .map(String::from)
-            .collect();
+        let routes: Vec<String> = invite.route_set().into_iter().map(String::from).collect();
+        let remote_target = invite
+            .contact_uri()
+            .unwrap_or_else(|| wire::uri_of(invite.from_value()));
         Dialog {
-            call_id: invite.header("Call-ID").unwrap_or_default().to_string(),
+            call_id: invite.call_id().to_string(),
             local_tag: local_tag.to_string(),
-            remote_tag: wire::tag_of(&remote).unwrap_or_default().to_string(),
-            local: invite.header("To").unwrap_or_default().to_string(),
-            remote,
-            remote_target: contact.unwrap_or_else(|| {
-                wire::uri_of(invite.header("From").unwrap_or_default()).to_string()
-            }),
+            remote_tag: invite.from_tag().unwrap_or_default(),
+            local: invite.to_value().to_string(),
+            remote: invite.from_value().to_string(),
+            remote_target: remote_target.to_string(),
+            strict: routes.first().is_some_and(|r| !loose(r)),
             routes,
             local_cseq: 0,
             remote_cseq: invite.cseq().map_or(0, |c| c.0),
@@ -64,11 +61,9 @@ impl Dialog {
     /// Whether an in-dialog request belongs to this dialog (Call-ID and
     /// both tags, §12.2.2).
     pub fn matches(&self, req: &Framed) -> bool {
-        let to_tag = req.header("To").and_then(wire::tag_of);
-        let from_tag = req.header("From").and_then(wire::tag_of);
-        req.header("Call-ID") == Some(self.call_id.as_str())
-            && to_tag == Some(self.local_tag.as_str())
-            && from_tag.unwrap_or_default() == self.remote_tag
+        req.call_id() == self.call_id
+            && req.to_tag().as_deref() == Some(self.local_tag.as_str())
+            && req.from_tag().unwrap_or_default() == self.remote_tag
     }
 
     /// Where requests of ours go: the first route if loose-routing, else
@@ -76,7 +71,7 @@ impl Dialog {
     /// literal, and always over the INVITE's transport.
     pub fn next_hop(&self) -> Peer {
         let uri = match self.routes.first() {
-            Some(r) if r.contains(";lr") => wire::uri_of(r),
+            Some(r) if !self.strict => wire::uri_of(r),
             _ => &self.remote_target,
         };
         let addr = host_port(uri).unwrap_or(self.source.addr);
@@ -101,11 +96,11 @@ impl Dialog {
     ) -> Vec<u8> {
         self.local_cseq += 1;
         let ruri = match self.routes.first() {
-            Some(r) if !r.contains(";lr") => wire::uri_of(r).to_string(),
+            Some(r) if self.strict => wire::uri_of(r).to_string(),
             _ => self.remote_target.clone(),
         };
         let mut s = format!("{method} {ruri} SIP/2.0\r\nVia: {via}\r\nMax-Forwards: 70\r\n");
-        let strict = self.routes.first().is_some_and(|r| !r.contains(";lr"));
+        let strict = self.strict;
         let routes = if strict {
             &self.routes[1..]
         } else {
@@ -117,12 +112,11 @@ impl Dialog {
         if strict {
             let _ = write!(s, "Route: <{}>\r\n", self.remote_target);
         }
-        let from = if wire::has_tag(&self.local) {
-            self.local.clone()
-        } else {
-            format!("{};tag={}", self.local, self.local_tag)
-        };
-        let _ = write!(s, "From: {from}\r\nTo: {}\r\n", self.remote);
+        let _ = write!(
+            s,
+            "From: {};tag={}\r\nTo: {}\r\n",
+            self.local, self.local_tag, self.remote
+        );
         let _ = write!(
             s,
             "Call-ID: {}\r\nCSeq: {} {method}\r\n",
@@ -133,7 +127,15 @@ impl Dialog {
     }
 }
 
+/// Whether a route is a loose router's (`lr` among its URI's parameters),
+/// by rsip's typed `Record-Route`.
+fn loose(route: &str) -> bool {
+    rsip::typed::RecordRoute::parse(route).is_ok_and(|r| r.has_lr())
+}
+
 /// `host:port` of a SIP URI whose host is an IP literal (5060 if no port).
+/// Read here, not by rsip: its URI parser ends the host part at the first
+/// `;`, which may be inside the user part (RFC 4475 §3.1.1.9).
 pub fn host_port(uri: &str) -> Option<SocketAddr> {
     let rest = uri.split_once(':').map(|(_, r)| r)?;
     let rest = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
@@ -184,6 +186,7 @@ mod tests {
         assert!(bye.contains("CSeq: 1 BYE\r\n"));
         let framed = wire::frame(bye.as_bytes(), 4096).unwrap();
         assert_eq!(framed.cseq(), Some((1, "BYE".into())));
+        assert_eq!(framed.from_tag().as_deref(), Some("cg"));
     }
 
     #[test]
@@ -220,5 +223,10 @@ mod tests {
             Some("10.1.1.1:5060".parse().unwrap())
         );
         assert_eq!(host_port("sip:carrier.example.com"), None);
+        // A `;` in the user part (RFC 4475 §3.1.1.9) ends rsip's host part.
+        let semi = "sip:user;par=u%40example.net@192.0.2.7:5070";
+        let typed = rsip::Uri::try_from(semi).unwrap();
+        assert_ne!(typed.host_with_port.to_string(), "192.0.2.7:5070");
+        assert_eq!(host_port(semi), Some("192.0.2.7:5070".parse().unwrap()));
     }
 }

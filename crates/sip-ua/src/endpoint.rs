@@ -9,6 +9,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
+use rsipstack::sip::HeadersExt as _;
+
 use crate::dialog::Dialog;
 use crate::txn::{Due, Retransmit};
 use crate::wire::{self, Framed, StartLine, WireError};
@@ -163,22 +165,19 @@ impl Endpoint {
     }
 
     /// The checks every request gets before its method is looked at:
-    /// rsipstack can read it, its CSeq names its method, its Request-URI is
-    /// SIP (or tel), no extension we lack is required.
+    /// rsipstack could read its start line, its CSeq names its method, its
+    /// Request-URI is SIP (or tel), no extension we lack is required.
     fn well_formed(&mut self, req: &Framed, method: &str, from: Peer) -> bool {
         let known = !NOT_ALLOWED.contains(&method) && ALLOW.contains(method);
-        if known && let Err(e) = rsipstack::sip::SipMessage::try_from(&req.raw[..]) {
-            let extra = [(
-                "Warning",
-                format!("399 callgate \"{}\"", quote(&e.to_string())),
-            )];
+        if known && let Some(e) = &req.start_refused {
+            let extra = [("Warning", format!("399 callgate \"{}\"", quote(e)))];
             self.send(
                 from,
                 wire::response(req, 400, "Bad Request", None, &extra, None),
             );
             self.emit(Event::Malformed {
                 from,
-                error: WireError::BadStartLine(e.to_string()),
+                error: WireError::BadStartLine(e.clone()),
                 answered: true,
             });
             return false;
@@ -196,10 +195,10 @@ impl Endpoint {
         if let Some(call) = self.invites.get(&branch).copied() {
             return self.resend_invite_answer(call, from);
         }
-        if req.header("To").is_some_and(wire::has_tag) {
+        if req.to_tag().is_some() {
             return self.reinvite(req, from, now);
         }
-        let ctype = req.header("Content-Type").unwrap_or("application/sdp");
+        let ctype = req.content_type().unwrap_or("application/sdp");
         if !req.body.is_empty()
             && !ctype
                 .trim()
@@ -308,10 +307,7 @@ impl Endpoint {
     }
 
     fn on_info(&mut self, call: CallKey, req: &Framed, from: Peer, now: Instant) {
-        let ctype = req
-            .header("Content-Type")
-            .unwrap_or_default()
-            .to_ascii_lowercase();
+        let ctype = req.content_type().unwrap_or_default().to_ascii_lowercase();
         if !ctype.starts_with("application/dtmf-relay") && !ctype.starts_with("application/dtmf") {
             let extra = [("Accept", "application/dtmf-relay".to_string())];
             return self.answer(req, from, 415, &extra, now);
@@ -323,14 +319,14 @@ impl Endpoint {
     }
 
     fn on_notify(&mut self, call: CallKey, req: &Framed, from: Peer, now: Instant) {
-        let event = req.header("Event").unwrap_or_default().to_ascii_lowercase();
+        let event = req.event().unwrap_or_default().to_ascii_lowercase();
         if !event.starts_with("refer") {
             let extra = [("Allow-Events", "refer".to_string())];
             return self.answer(req, from, 489, &extra, now);
         }
         self.answer(req, from, 200, &[], now);
         let terminated = req
-            .header("Subscription-State")
+            .subscription_state()
             .is_some_and(|s| s.trim().to_ascii_lowercase().starts_with("terminated"));
         let status = sipfrag_status(&req.body);
         self.emit(Event::ReferNotify {
@@ -372,7 +368,7 @@ impl Endpoint {
     }
 
     fn on_response(&mut self, resp: &Framed, code: u16, now: Instant) {
-        let Some(key) = resp.header_values("Via").first().and_then(|v| branch_of(v)) else {
+        let Some(key) = resp.branch() else {
             return self.emit(Event::Stray);
         };
         if code < 200 {
@@ -569,17 +565,12 @@ impl Endpoint {
 fn refusal(req: &Framed, method: &str) -> Option<(u16, Vec<(&'static str, String)>)> {
     let warn = |text: &str| vec![("Warning", format!("399 callgate \"{text}\""))];
     // Responses go back along the Vias: each must be a whole value.
-    if !req
-        .headers
-        .iter()
-        .filter(|(n, _)| n == "Via")
-        .all(|(_, v)| wire::valid_via(v))
-    {
+    if !req.vias().all(wire::valid_via) {
         return Some((400, warn("malformed Via")));
     }
-    if !["From", "To"]
-        .iter()
-        .all(|h| req.header(h).is_some_and(wire::valid_name_addr))
+    if ![req.from_value(), req.to_value()]
+        .into_iter()
+        .all(wire::valid_name_addr)
     {
         return Some((400, warn("malformed From or To")));
     }
@@ -599,7 +590,7 @@ fn refusal(req: &Framed, method: &str) -> Option<(u16, Vec<(&'static str, String
     if !matches!(scheme.as_str(), "sip" | "sips" | "tel") {
         return Some((416, Vec::new()));
     }
-    let required: Vec<&str> = req.header_values("Require");
+    let required: Vec<&str> = req.require();
     if !required.is_empty() && method != "CANCEL" {
         return Some((420, vec![("Unsupported", required.join(", "))]));
     }
@@ -611,52 +602,37 @@ fn refusal(req: &Framed, method: &str) -> Option<(u16, Vec<(&'static str, String
 /// RFC 2543 peer without the magic cookie; `method` distinguishes CANCEL
 /// (and non-INVITE requests) from the INVITE with the same branch.
 pub(crate) fn server_key(req: &Framed, method: &str) -> String {
-    let via = req
-        .header_values("Via")
-        .first()
-        .copied()
-        .unwrap_or_default();
     let class = if method == "ACK" { "INVITE" } else { method };
-    match branch_of(via) {
+    let call_id = req.call_id();
+    let via = req.top_via();
+    match via.as_ref().and_then(|v| Some((v, v.branch()?))) {
         // The Call-ID too: a client that reuses a branch across calls must
         // not get another call's answer as a "retransmission".
-        Some(b) if b.starts_with("z9hG4bK") => {
-            let sent_by = via.split(';').next().unwrap_or_default().trim();
-            let call_id = req.header("Call-ID").unwrap_or_default();
-            format!("{b}|{sent_by}|{call_id}|{class}")
+        Some((v, b)) if b.starts_with("z9hG4bK") => {
+            format!("{b}|{}/{}|{call_id}|{class}", v.transport, v.sent_by())
         }
         _ => {
             let cseq = req.cseq().map_or(0, |c| c.0);
-            let from = req
-                .header("From")
-                .and_then(wire::tag_of)
-                .unwrap_or_default();
-            let call_id = req.header("Call-ID").unwrap_or_default();
+            let from = req.from_tag().unwrap_or_default();
             format!("{call_id}|{cseq}|{from}|{class}")
         }
     }
 }
 
-/// The `branch` of one Via value, read by rsipstack's Via parser.
-pub(crate) fn branch_of(via: &str) -> Option<String> {
-    let via = rsipstack::sip::typed::Via::parse(via).ok()?;
-    via.branch().map(|b| b.to_string())
-}
-
 /// A request too broken to frame may still carry the five headers a
 /// response copies (only its Content-Length, a scalar or its request line
 /// was wrong): then it is answered, with `code` unless its version is not
-/// SIP/2.0 (`505`). Responses are never answered; without those headers
-/// (or with any of them only folded) there is nothing to answer with.
+/// SIP/2.0 (`505`). Responses are never answered; without those headers,
+/// or with a bare LF in its head (its lines are then not certain), there is
+/// nothing to answer with.
 fn salvage(bytes: &[u8], code: u16) -> Option<(Framed, u16)> {
     let end = bytes
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
         .unwrap_or(bytes.len());
     let head = std::str::from_utf8(&bytes[..end]).ok()?;
-    let mut lines = head.split("\r\n");
-    let start = lines.next()?;
-    if start.starts_with("SIP/") {
+    let start = head.split("\r\n").next()?;
+    if start.starts_with("SIP/") || head.split("\r\n").any(|l| l.contains('\n')) {
         return None;
     }
     let method = start
@@ -670,38 +646,22 @@ fn salvage(bytes: &[u8], code: u16) -> Option<(Framed, u16)> {
     } else {
         code
     };
-    let mut headers: Vec<(String, String)> = Vec::new();
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let name = match name.trim().to_ascii_lowercase().as_str() {
-            "via" | "v" => "Via",
-            "from" | "f" => "From",
-            "to" | "t" => "To",
-            "call-id" | "i" => "Call-ID",
-            "cseq" => "CSeq",
-            _ => continue,
-        };
-        if name == "Via" || !headers.iter().any(|(n, _)| n == name) {
-            headers.push((name.to_string(), value.trim().to_string()));
-        }
-    }
-    let all = ["Via", "From", "To", "Call-ID", "CSeq"];
-    if !all.iter().all(|h| headers.iter().any(|(n, _)| n == h)) {
-        return None;
-    }
-    let start = StartLine::Request {
-        method,
-        uri: String::new(),
-    };
     let framed = Framed {
-        start,
-        headers,
+        start: StartLine::Request {
+            method,
+            uri: String::new(),
+        },
+        headers: wire::headers_alone(head),
         body: Vec::new(),
         raw: Vec::new(),
+        start_refused: None,
     };
-    Some((framed, code))
+    let all = framed.vias().next().is_some()
+        && framed.from_header().is_ok()
+        && framed.to_header().is_ok()
+        && framed.call_id_header().is_ok()
+        && framed.cseq_header().is_ok();
+    all.then_some((framed, code))
 }
 
 /// The status code of a `message/sipfrag` body (`SIP/2.0 200 OK`).

@@ -87,7 +87,9 @@ fn check_frame(msg: &[u8]) {
     let Ok(f) = wire::frame(msg, 16 * 1024) else {
         return;
     };
-    if let Some(cl) = f.header("Content-Length") {
+    let headers = f.header_list();
+    let header = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+    if let Some(cl) = header("Content-Length") {
         assert_eq!(
             f.body.len(),
             cl.trim().parse::<usize>().unwrap_or(usize::MAX)
@@ -95,9 +97,9 @@ fn check_frame(msg: &[u8]) {
     }
     assert!(f.raw.ends_with(&f.body));
     for h in ["From", "To", "Call-ID", "CSeq"] {
-        assert_eq!(f.headers.iter().filter(|(n, _)| n == h).count(), 1, "{h}");
+        assert_eq!(headers.iter().filter(|(n, _)| n == h).count(), 1, "{h}");
     }
-    assert!(f.header("Via").is_some());
+    assert!(header("Via").is_some());
 }
 
 fn check_outputs(msg: &[u8], outs: &[Output], calls: &mut Vec<CallKey>) {
@@ -127,7 +129,7 @@ fn check_outputs(msg: &[u8], outs: &[Output], calls: &mut Vec<CallKey>) {
         // broken request copies its (possibly broken) headers verbatim.
         if let Some(req) = &framed {
             let reply = wire::frame(bytes, usize::MAX).expect("our own messages frame");
-            assert_eq!(reply.header("Call-ID"), req.header("Call-ID"));
+            assert_eq!(reply.call_id(), req.call_id());
             assert_eq!(reply.cseq().map(|c| c.0), req.cseq().map(|c| c.0));
         }
     }
@@ -138,7 +140,7 @@ fn check_outputs(msg: &[u8], outs: &[Output], calls: &mut Vec<CallKey>) {
                     .as_ref()
                     .expect("an INVITE event from a framed message");
                 assert_eq!(f.method(), Some("INVITE"));
-                assert!(!f.header("To").is_some_and(wire::has_tag));
+                assert!(f.to_tag().is_none());
                 calls.push(*call);
             }
             Output::Event(Event::Malformed { error, .. }) => {

@@ -5,9 +5,10 @@
 //! server transactions with their RFC 3261 retransmission timers ([`txn`]),
 //! the UAS dialog and the requests callgate sends in it (BYE, REFER:
 //! [`dialog`]), SDP offer/answer for G.711 and `telephone-event`
-//! ([`sdp`]), and SIP INFO `application/dtmf-relay`. Messages are parsed
-//! for typed access by rsipstack (pinned exactly), after [`wire::frame`]
-//! has refused what rsipstack is lenient about.
+//! ([`sdp`]), and SIP INFO `application/dtmf-relay`. Every message is
+//! parsed once, by rsipstack's copy of rsip (pinned exactly), and every
+//! header is read from that parse ([`wire::headers`]); [`wire::frame`]
+//! refuses what rsip is lenient about.
 //!
 //! What it never does: open a socket, spawn a task, resolve a name, or read
 //! the clock. It never places calls (no UAC INVITE), registers, or
@@ -130,8 +131,10 @@ pub struct Invite {
     pub content_type: Option<String>,
     pub offer: Vec<u8>,
     pub source: Peer,
-    /// Every header line of the INVITE in order, as received (name, value):
-    /// the application picks the ones it was configured to keep (callgate
+    /// Every header of the INVITE in order (name, value): the value as
+    /// received, the name as rsip writes it for a header it knows (compact
+    /// and odd-case names written out) and as received otherwise. The
+    /// application picks the ones it was configured to keep (callgate
     /// records `[receipt].sip_headers` as receipt labels).
     pub headers: Vec<(String, String)>,
 }
@@ -143,14 +146,14 @@ impl Invite {
             wire::StartLine::Response { .. } => String::new(),
         };
         Invite {
-            call_id: f.header("Call-ID").unwrap_or_default().to_string(),
-            from: f.header("From").unwrap_or_default().to_string(),
-            to: f.header("To").unwrap_or_default().to_string(),
+            call_id: f.call_id().to_string(),
+            from: f.from_value().to_string(),
+            to: f.to_value().to_string(),
             request_uri,
-            content_type: f.header("Content-Type").map(String::from),
+            content_type: f.content_type().map(String::from),
             offer: f.body.clone(),
             source,
-            headers: f.headers.clone(),
+            headers: f.header_list(),
         }
     }
 }

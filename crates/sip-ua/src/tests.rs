@@ -63,8 +63,10 @@ fn status(msg: &str) -> u16 {
 }
 
 fn to_tag(msg: &str) -> String {
-    let to = msg.lines().find(|l| l.starts_with("To:")).unwrap();
-    wire::tag_of(&to[3..]).unwrap().to_string()
+    wire::frame(msg.as_bytes(), 1 << 16)
+        .unwrap()
+        .to_tag()
+        .unwrap()
 }
 
 /// An accepted, confirmed call: its key and our tag.

@@ -1,16 +1,33 @@
 //! Framing and validation of SIP messages from the network, and the text of
 //! the messages we send.
 //!
-//! rsipstack's parser is lenient where a server must not be: it reads a
-//! non-numeric `Content-Length` as 0, takes a short body as it is, and
-//! refuses unknown methods outright (so nobody could answer them `501`).
-//! [`frame`] runs first and is strict about exactly those things: a size
-//! bound, one numeric `Content-Length` that the datagram honours, a
-//! well-formed start line, and the five headers every response copies
-//! (`Via`, `From`, `To`, `Call-ID`, `CSeq`). What passes is then handed to
-//! rsipstack for typed access (Via branch, tags, URIs).
+//! Every message is parsed once, by rsipstack's parser (pinned exactly;
+//! `rsipstack::sip` is its copy of the `rsip` crate), and every header the
+//! user agent reads comes out of that parse: the exact values through
+//! rsip's untyped headers, the fields (branch, sent-by, tags, CSeq) through
+//! its typed ones ([`headers`] has the accessors and the few named
+//! exceptions where rsip is lossy or wrong).
+//!
+//! rsip's parser is lenient where a server must not be: it reads a
+//! non-numeric `Content-Length` as 0, takes a short body as it is, drops a
+//! header line without a colon and takes any header name. [`frame`] is
+//! strict about exactly those things on rsip's result: a size bound, one
+//! numeric `Content-Length` that the datagram honours, a well-formed start
+//! line (read here: rsip has no extension methods, so nobody could answer
+//! them `501`), every header line a `token: value` (or folded onto one)
+//! ended by CRLF (rsip also ends a line at a bare LF), and the five headers
+//! every response copies (`Via`, `From`, `To`, `Call-ID`, `CSeq`).
+//!
+//! What it never does: resolve, route or decide anything; it says what a
+//! message holds and writes what the endpoint answers.
 
 use std::fmt::Write as _;
+
+use rsipstack::sip::{self as rsip, Header, Headers};
+
+pub mod headers;
+
+pub use headers::{split_commas, uri_of, valid_name_addr, valid_via};
 
 /// Why a message was not accepted, with what can still be answered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -47,123 +64,30 @@ pub enum StartLine {
     Response { code: u16 },
 }
 
-/// A message that passed [`frame`]: its start line, its headers with
-/// compact names expanded, and its body (exactly `Content-Length` bytes).
+/// A message that passed [`frame`]: its start line, rsip's parse of its
+/// headers (compact names expanded, folded lines joined, values as sent),
+/// and its body (exactly `Content-Length` bytes). The headers are read
+/// through the accessors of [`headers`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Framed {
     pub start: StartLine,
-    pub headers: Vec<(String, String)>,
+    pub headers: Headers,
     pub body: Vec<u8>,
-    /// The whole message as it should be handed to the typed parser (the
-    /// body cut to `Content-Length`).
+    /// The whole message as received (the body cut to `Content-Length`).
     pub raw: Vec<u8>,
+    /// Why rsip refused the start line, if it did (an extension method, a
+    /// Request-URI it cannot read); the headers then come from
+    /// [`headers_alone`].
+    pub start_refused: Option<String>,
 }
 
 impl Framed {
-    /// The first value of header `name` (canonical name, any case).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// Every value of header `name`, comma-separated values split.
-    pub fn header_values(&self, name: &str) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .flat_map(|(_, v)| split_commas(v))
-            .collect()
-    }
-
     /// The request method, if this is a request.
     pub fn method(&self) -> Option<&str> {
         match &self.start {
             StartLine::Request { method, .. } => Some(method),
             StartLine::Response { .. } => None,
         }
-    }
-
-    /// `CSeq` as (number, method).
-    pub fn cseq(&self) -> Option<(u32, String)> {
-        let v = self.header("CSeq")?;
-        let mut it = v.split_whitespace();
-        let n = it.next()?.parse().ok()?;
-        let m = it.next()?.to_ascii_uppercase();
-        it.next().is_none().then_some((n, m))
-    }
-}
-
-/// Splits a header value at commas that are outside quotes and `<...>`.
-pub fn split_commas(v: &str) -> Vec<&str> {
-    let (mut out, mut start, mut quoted, mut angle) = (Vec::new(), 0, false, false);
-    for (i, c) in v.char_indices() {
-        match c {
-            '"' => quoted = !quoted,
-            '<' if !quoted => angle = true,
-            '>' if !quoted => angle = false,
-            ',' if !quoted && !angle => {
-                out.push(v[start..i].trim());
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(v[start..].trim());
-    out.retain(|s| !s.is_empty());
-    out
-}
-
-/// Whether a `Via` header value is whole: every comma-separated entry
-/// non-empty, `protocol/version/transport sent-by` (any transport token:
-/// RFC 4475 §3.1.1.10), with no empty parameter (`;;`, a trailing `;`).
-pub fn valid_via(v: &str) -> bool {
-    let entries: Vec<&str> = v.split(',').map(str::trim).collect();
-    entries.iter().all(|e| {
-        !e.is_empty()
-            && !e.ends_with(';')
-            && !e.split(';').skip(1).any(|p| p.trim().is_empty())
-            && e.split(';')
-                .next()
-                .is_some_and(|sent| sent.matches('/').count() == 2)
-    })
-}
-
-/// Whether a `From`/`To`/`Contact` value is a whole name-addr or
-/// addr-spec: quotes balanced (a `\\` escapes inside them), at most one
-/// `<...>`, closed.
-pub fn valid_name_addr(v: &str) -> bool {
-    let (mut quoted, mut escaped, mut opens, mut closes) = (false, false, 0, 0);
-    for c in v.chars() {
-        match c {
-            _ if escaped => escaped = false,
-            '\\' if quoted => escaped = true,
-            '"' => quoted = !quoted,
-            '<' if !quoted => opens += 1,
-            '>' if !quoted => closes += 1,
-            _ => {}
-        }
-    }
-    !quoted && opens == closes && opens <= 1
-}
-
-/// Expands RFC 3261 §7.3.3 compact header names.
-fn canonical(name: &str) -> &str {
-    match name {
-        "v" | "V" => "Via",
-        "f" | "F" => "From",
-        "t" | "T" => "To",
-        "i" | "I" => "Call-ID",
-        "l" | "L" => "Content-Length",
-        "c" | "C" => "Content-Type",
-        "m" | "M" => "Contact",
-        "k" | "K" => "Supported",
-        "s" | "S" => "Subject",
-        "e" | "E" => "Content-Encoding",
-        "r" | "R" => "Refer-To",
-        "o" | "O" => "Event",
-        _ => name,
     }
 }
 
@@ -178,13 +102,11 @@ pub fn frame(data: &[u8], max: usize) -> Result<Framed, WireError> {
     }
     let end = find(data, b"\r\n\r\n").ok_or(WireError::Truncated)?;
     let head = std::str::from_utf8(&data[..end]).map_err(|_| WireError::NotUtf8)?;
-    let mut lines = head.split("\r\n");
-    let start = start_line(lines.next().unwrap_or_default())?;
-    let headers = header_lines(lines)?;
+    let start = start_line(head.split("\r\n").next().unwrap_or_default())?;
     let body_at = end + 4;
+    let (headers, start_refused) = parse_head(&data[..body_at], head)?;
     let available = data.len() - body_at;
-    let declared = content_length(&headers)?;
-    let len = match declared {
+    let len = match content_length(&headers)? {
         Some(n) if n > available => {
             return Err(WireError::ShortBody {
                 declared: n,
@@ -194,20 +116,13 @@ pub fn frame(data: &[u8], max: usize) -> Result<Framed, WireError> {
         Some(n) => n,
         None => available,
     };
-    for required in ["Via", "From", "To", "Call-ID", "CSeq"] {
-        let n = headers.iter().filter(|(h, _)| h == required).count();
-        // Via may repeat (one per hop); the others exactly once.
-        if n == 0 || (n > 1 && required != "Via") {
-            return Err(WireError::MissingHeader(required));
-        }
-    }
-    let body = data[body_at..body_at + len].to_vec();
-    let raw = data[..body_at + len].to_vec();
+    required(&headers)?;
     let framed = Framed {
         start,
         headers,
-        body,
-        raw,
+        body: data[body_at..body_at + len].to_vec(),
+        raw: data[..body_at + len].to_vec(),
+        start_refused,
     };
     if framed.cseq().is_none() {
         return Err(WireError::MissingHeader("CSeq"));
@@ -244,43 +159,67 @@ fn is_token(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-.!%*_+`'~".contains(&b))
 }
 
-fn header_lines<'a>(
-    lines: impl Iterator<Item = &'a str>,
-) -> Result<Vec<(String, String)>, WireError> {
-    let mut out: Vec<(String, String)> = Vec::new();
-    for line in lines {
-        if line.starts_with([' ', '\t']) {
-            // Folded continuation (RFC 3261 §7.3.1).
-            let last = out.last_mut().ok_or(WireError::BadHeaderLine)?;
-            last.1.push(' ');
-            last.1.push_str(line.trim());
-            continue;
-        }
-        let (name, value) = line.split_once(':').ok_or(WireError::BadHeaderLine)?;
-        let name = name.trim();
-        if !is_token(name) {
-            return Err(WireError::BadHeaderLine);
-        }
-        if out.len() == MAX_HEADERS {
-            return Err(WireError::TooManyHeaders(MAX_HEADERS));
-        }
-        out.push((canonical(name).to_string(), value.trim().to_string()));
+/// rsip's parse of a message head (`bytes` is `head` and the blank line
+/// after it), held to what rsip lets pass: every header line must have
+/// become a header (rsip drops a line without a colon) under a token name,
+/// and there are at most [`MAX_HEADERS`]. When rsip refuses the start line
+/// the headers come from [`headers_alone`], and its reason is returned.
+pub(crate) fn parse_head(bytes: &[u8], head: &str) -> Result<(Headers, Option<String>), WireError> {
+    let lines = header_lines(head)?;
+    let (headers, refused) = match rsip::SipMessage::try_from(bytes) {
+        Ok(rsip::SipMessage::Request(r)) => (r.headers, None),
+        Ok(rsip::SipMessage::Response(r)) => (r.headers, None),
+        Err(e) => (headers_alone(head), Some(e.to_string())),
+    };
+    let bad_name = headers
+        .iter()
+        .any(|h| matches!(h, Header::Other(name, _) if !is_token(name)));
+    if headers.len() != lines || bad_name {
+        return Err(WireError::BadHeaderLine);
     }
-    // Canonical case for the names we look up.
-    for (n, _) in &mut out {
-        for known in ["Via", "From", "To", "Call-ID", "CSeq", "Content-Length"] {
-            if n.eq_ignore_ascii_case(known) {
-                *n = known.to_string();
-            }
-        }
-    }
-    Ok(out)
+    Ok((headers, refused))
 }
 
-fn content_length(headers: &[(String, String)]) -> Result<Option<usize>, WireError> {
+/// The number of header lines in `head` (a folded continuation is part of
+/// the line before it). A bare LF is refused: rsip would split the line
+/// there, so what it parsed would not be what was framed.
+fn header_lines(head: &str) -> Result<usize, WireError> {
+    if head.split("\r\n").any(|l| l.contains('\n')) {
+        return Err(WireError::BadHeaderLine);
+    }
+    let mut lines = head.split("\r\n").skip(1).peekable();
+    if lines.peek().is_some_and(|l| l.starts_with([' ', '\t'])) {
+        return Err(WireError::BadHeaderLine); // a continuation of nothing
+    }
+    let n = lines.filter(|l| !l.starts_with([' ', '\t'])).count();
+    if n > MAX_HEADERS {
+        return Err(WireError::TooManyHeaders(MAX_HEADERS));
+    }
+    Ok(n)
+}
+
+/// rsip's parse of the header lines of `head` under a stand-in status line:
+/// for a message whose start line rsip refuses (an extension method such
+/// as RFC 4475 §3.1.1.2's, which must be answered `501`), or one too broken
+/// to frame that may still be answered.
+pub(crate) fn headers_alone(head: &str) -> Headers {
+    let lines = head.split_once("\r\n").map_or("", |(_, rest)| rest);
+    let text = format!("SIP/2.0 200 OK\r\n{lines}\r\n\r\n");
+    match rsip::SipMessage::try_from(text.as_str()) {
+        Ok(rsip::SipMessage::Response(r)) => r.headers,
+        _ => Headers::default(),
+    }
+}
+
+/// The one `Content-Length` of the message, if any: every value numeric
+/// (at most nine digits), and all the same.
+fn content_length(headers: &Headers) -> Result<Option<usize>, WireError> {
     let mut found = None;
-    for (_, v) in headers.iter().filter(|(n, _)| n == "Content-Length") {
-        let v = v.trim();
+    for h in headers.iter() {
+        let Header::ContentLength(v) = h else {
+            continue;
+        };
+        let v = v.value().trim();
         let n = (!v.is_empty() && v.len() <= 9 && v.bytes().all(|b| b.is_ascii_digit()))
             .then(|| v.parse::<usize>().ok())
             .flatten()
@@ -293,17 +232,39 @@ fn content_length(headers: &[(String, String)]) -> Result<Option<usize>, WireErr
     Ok(found)
 }
 
+/// `Via` at least once (one per hop), `From`, `To`, `Call-ID` and `CSeq`
+/// exactly once.
+fn required(headers: &Headers) -> Result<(), WireError> {
+    let count = |is: fn(&Header) -> bool| headers.iter().filter(|h| is(h)).count();
+    let found = [
+        ("Via", count(|h| matches!(h, Header::Via(_)))),
+        ("From", count(|h| matches!(h, Header::From(_)))),
+        ("To", count(|h| matches!(h, Header::To(_)))),
+        ("Call-ID", count(|h| matches!(h, Header::CallId(_)))),
+        ("CSeq", count(|h| matches!(h, Header::CSeq(_)))),
+    ];
+    for (name, n) in found {
+        if n == 0 || (n > 1 && name != "Via") {
+            return Err(WireError::MissingHeader(name));
+        }
+    }
+    Ok(())
+}
+
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// Cuts messages out of a TCP byte stream by `Content-Length` (required on
 /// a stream, RFC 3261 §18.3). Bounded: a head or message over `max` is an
-/// error and the connection is to be closed.
+/// error and the connection is to be closed. A message's head is parsed
+/// (by rsip, as [`frame`] does) once, when its blank line has arrived.
 #[derive(Debug)]
 pub struct StreamFramer {
     buf: Vec<u8>,
     max: usize,
+    /// The length of the message at the front of `buf`, once its head is in.
+    total: Option<usize>,
 }
 
 impl StreamFramer {
@@ -311,6 +272,7 @@ impl StreamFramer {
         StreamFramer {
             buf: Vec::new(),
             max,
+            total: None,
         }
     }
 
@@ -321,6 +283,25 @@ impl StreamFramer {
 
     /// The next complete message, `Ok(None)` if more bytes are needed.
     pub fn next_message(&mut self) -> Result<Option<Vec<u8>>, WireError> {
+        let total = match self.total {
+            Some(total) => total,
+            None => {
+                let Some(total) = self.next_length()? else {
+                    return Ok(None);
+                };
+                self.total = Some(total);
+                total
+            }
+        };
+        if self.buf.len() < total {
+            return Ok(None);
+        }
+        self.total = None;
+        Ok(Some(self.buf.drain(..total).collect()))
+    }
+
+    /// The length of the next message, once its head has arrived.
+    fn next_length(&mut self) -> Result<Option<usize>, WireError> {
         // Keep-alive CRLFs between messages (RFC 5626 §3.5.1).
         let lead = self
             .buf
@@ -338,7 +319,7 @@ impl StreamFramer {
             return Ok(None);
         };
         let head = std::str::from_utf8(&self.buf[..end]).map_err(|_| WireError::NotUtf8)?;
-        let headers = header_lines(head.split("\r\n").skip(1))?;
+        let (headers, _) = parse_head(&self.buf[..end + 4], head)?;
         let len = content_length(&headers)?
             .ok_or(WireError::BadContentLength("missing on a stream".into()))?;
         let total = end + 4 + len;
@@ -348,16 +329,14 @@ impl StreamFramer {
                 max: self.max,
             });
         }
-        if self.buf.len() < total {
-            return Ok(None);
-        }
-        Ok(Some(self.buf.drain(..total).collect()))
+        Ok(Some(total))
     }
 }
 
 /// Builds the text of a response to `req`: its `Via`s, `From`, `Call-ID`
-/// and `CSeq` copied, `To` with `to_tag` added when it has none, then
-/// `extra` headers and the body with its `Content-Length`.
+/// and `CSeq` copied exactly as received (RFC 3261 §8.2.6.2: rsip's untyped
+/// values), `To` with `to_tag` added when it has none, then `extra` headers
+/// and the body with its `Content-Length`.
 pub fn response(
     req: &Framed,
     code: u16,
@@ -367,22 +346,18 @@ pub fn response(
     body: Option<(&str, &[u8])>,
 ) -> Vec<u8> {
     let mut s = format!("SIP/2.0 {code} {reason}\r\n");
-    for (n, v) in req.headers.iter().filter(|(n, _)| n == "Via") {
-        let _ = write!(s, "{n}: {v}\r\n");
+    for via in req.vias() {
+        let _ = write!(s, "Via: {via}\r\n");
     }
-    let to = req.header("To").unwrap_or_default();
+    let to = req.to_value();
     let to = match to_tag {
-        Some(tag) if !has_tag(to) => format!("{to};tag={tag}"),
+        Some(tag) if req.to_tag().is_none() => format!("{to};tag={tag}"),
         _ => to.to_string(),
     };
-    let _ = write!(s, "From: {}\r\n", req.header("From").unwrap_or_default());
+    let _ = write!(s, "From: {}\r\n", req.from_value());
     let _ = write!(s, "To: {to}\r\n");
-    let _ = write!(
-        s,
-        "Call-ID: {}\r\n",
-        req.header("Call-ID").unwrap_or_default()
-    );
-    let _ = write!(s, "CSeq: {}\r\n", req.header("CSeq").unwrap_or_default());
+    let _ = write!(s, "Call-ID: {}\r\n", req.call_id());
+    let _ = write!(s, "CSeq: {}\r\n", req.cseq_value());
     finish(s, extra, body)
 }
 
@@ -402,33 +377,6 @@ pub fn finish(mut s: String, extra: &[(&str, String)], body: Option<(&str, &[u8]
     let mut out = s.into_bytes();
     out.extend_from_slice(body);
     out
-}
-
-/// Whether a `From`/`To` value carries a `tag` parameter (outside its URI).
-pub fn has_tag(v: &str) -> bool {
-    tag_of(v).is_some()
-}
-
-/// The `tag` parameter of a `From`/`To` value.
-pub fn tag_of(v: &str) -> Option<&str> {
-    // Parameters of the header follow the `>` of a name-addr, or the URI itself.
-    let params = match v.rfind('>') {
-        Some(i) => &v[i + 1..],
-        None => v,
-    };
-    params.split(';').skip(1).find_map(|p| {
-        let (k, val) = p.split_once('=')?;
-        k.trim().eq_ignore_ascii_case("tag").then(|| val.trim())
-    })
-}
-
-/// The URI of a name-addr (`"Bob" <sip:bob@host>;tag=1` → `sip:bob@host`)
-/// or of an addr-spec (parameters after `;` dropped).
-pub fn uri_of(v: &str) -> &str {
-    match (v.find('<'), v.find('>')) {
-        (Some(a), Some(b)) if a < b => &v[a + 1..b],
-        _ => v.split(';').next().unwrap_or(v).trim(),
-    }
 }
 
 /// The standard reason phrase of the codes we send.
@@ -478,12 +426,13 @@ mod tests {
     fn frames_compact_headers_and_cuts_the_body_to_content_length() {
         let f = frame(INVITE.as_bytes(), 4096).unwrap();
         assert_eq!(f.method(), Some("INVITE"));
-        assert_eq!(f.header("call-id"), Some("x1"));
+        assert_eq!(f.call_id(), "x1");
         assert_eq!(f.body, b"abcd");
         assert!(f.raw.ends_with(b"\r\n\r\nabcd"));
         assert_eq!(f.cseq(), Some((1, "INVITE".into())));
-        assert_eq!(tag_of(f.header("From").unwrap()), Some("1"));
-        assert_eq!(uri_of(f.header("From").unwrap()), "sip:a@b");
+        assert_eq!(f.from_value(), "\"A, B\" <sip:a@b>;tag=1");
+        assert_eq!(f.from_tag().as_deref(), Some("1"));
+        assert_eq!(uri_of(f.from_value()), "sip:a@b");
     }
 
     #[test]
@@ -512,6 +461,54 @@ mod tests {
             Err(WireError::TooLarge { .. })
         ));
         assert!(matches!(frame(b"", 64), Err(WireError::Truncated)));
+    }
+
+    #[test]
+    fn refuses_the_lines_rsip_would_drop_or_split() {
+        // rsip drops a header line without a colon and takes any name.
+        let no_colon = INVITE.replace("i: x1\r\n", "i: x1\r\nno colon\r\n");
+        let rsip_view = rsip::SipMessage::try_from(no_colon.as_bytes()).unwrap();
+        assert_eq!(rsip::HasHeaders::headers(&rsip_view).len(), 6);
+        assert_eq!(
+            frame(no_colon.as_bytes(), 4096),
+            Err(WireError::BadHeaderLine)
+        );
+        let bad_name = INVITE.replace("i: x1\r\n", "i: x1\r\nX Y: z\r\n");
+        assert!(rsip::SipMessage::try_from(bad_name.as_bytes()).is_ok());
+        assert_eq!(
+            frame(bad_name.as_bytes(), 4096),
+            Err(WireError::BadHeaderLine)
+        );
+        // rsip ends a line at a bare LF, which the framed text does not.
+        let bare_lf = INVITE.replace("i: x1\r\n", "i: x1\nX-Y: z\r\n");
+        assert_eq!(
+            frame(bare_lf.as_bytes(), 4096),
+            Err(WireError::BadHeaderLine)
+        );
+        let folded_first = INVITE.replacen("\r\nv:", "\r\n v:", 1);
+        assert_eq!(
+            frame(folded_first.as_bytes(), 4096),
+            Err(WireError::BadHeaderLine)
+        );
+    }
+
+    #[test]
+    fn an_extension_method_is_framed_with_the_headers_rsip_parsed() {
+        // rsip refuses the request line (its Method has no extension
+        // methods), yet the request must be answered 501 with its headers.
+        let foo = INVITE
+            .replacen("INVITE sip", "FOO sip", 1)
+            .replace("1 INVITE", "1 FOO");
+        assert!(rsip::SipMessage::try_from(foo.as_bytes()).is_err());
+        let f = frame(foo.as_bytes(), 4096).unwrap();
+        assert_eq!(f.method(), Some("FOO"));
+        assert!(
+            f.start_refused
+                .as_deref()
+                .is_some_and(|e| e.contains("FOO"))
+        );
+        assert_eq!((f.call_id(), f.from_tag().as_deref()), ("x1", Some("1")));
+        assert_eq!(f.cseq(), Some((1, "FOO".into())));
     }
 
     #[test]
@@ -550,13 +547,5 @@ mod tests {
         let mut s = StreamFramer::new(4096);
         s.push(msg.replace("l: 4\r\n", "").as_bytes());
         assert!(s.next_message().is_err());
-    }
-
-    #[test]
-    fn commas_inside_quotes_and_angles_do_not_split() {
-        assert_eq!(
-            split_commas("<sip:a,b@x;lr>, \"x,y\" <sip:c@d>"),
-            vec!["<sip:a,b@x;lr>", "\"x,y\" <sip:c@d>"]
-        );
     }
 }
