@@ -49,6 +49,8 @@ mod negotiate;
 mod parse;
 #[cfg(test)]
 mod parse_tests;
+mod read;
+mod screen;
 #[cfg(test)]
 mod tests;
 
