@@ -33,8 +33,7 @@ pub(super) fn describe(
     if !screened.has_origin {
         return Err(SdpError::MissingOrigin);
     }
-    let empty = SectionLines::default();
-    let lines = |i: usize| screened.sections.get(i).unwrap_or(&empty);
+    let lines = |i: usize| screened.section(i);
     let level = lines(0);
     let connection = match &session.connection {
         Some(c) => Some(connection(c).map_err(|why| bad(level.connection(0), why))?),
@@ -48,7 +47,7 @@ pub(super) fn describe(
             direction_set,
         } = section(m, lines(i + 1)).map_err(|(line, why)| bad(line, why))?;
         if m.port != 0 && m.connection.is_none() && connection.is_none() {
-            let line = lines(i + 1).start;
+            let line = lines(i + 1).start();
             return Err(SdpError::MissingConnection { media: i, line });
         }
         m.direction = direction_set.or(direction).unwrap_or_default();
@@ -67,7 +66,7 @@ pub(super) fn describe(
 /// The session-level attributes, and the direction among them.
 fn session_attributes(
     raw: Vec<sdp_types::Attribute>,
-    lines: &SectionLines,
+    lines: SectionLines<'_>,
 ) -> Result<(Option<Direction>, Vec<Attribute>), SdpError> {
     let mut direction = None;
     let mut attributes = Vec::with_capacity(raw.len());
@@ -98,8 +97,8 @@ struct Section {
 }
 
 /// One `m=` section; an error names its line.
-fn section(m: sdp_types::Media, lines: &SectionLines) -> Result<Section, (usize, Why)> {
-    let at = |why| (lines.start, why);
+fn section(m: sdp_types::Media, lines: SectionLines<'_>) -> Result<Section, (usize, Why)> {
+    let at = |why| (lines.start(), why);
     let mut media = MediaDescription {
         kind: token(m.media, "an m= line without a media type").map_err(at)?,
         port: m.port,
@@ -107,7 +106,7 @@ fn section(m: sdp_types::Media, lines: &SectionLines) -> Result<Section, (usize,
         proto: token(m.proto, "an m= line without a protocol").map_err(at)?,
         ..MediaDescription::default()
     };
-    if !lines.formatless {
+    if !lines.formatless() {
         formats(&mut media, &m.fmt).map_err(at)?;
     }
     if m.connections.len() > 1 {
@@ -249,10 +248,14 @@ fn rtpmap(value: Option<&str>) -> Result<RtpMap, Why> {
         return Err("an a=rtpmap payload type is not a number 0-127");
     }
     let map: sdp_types::RtpMap = value.parse().map_err(|_| WHY)?;
-    let name = map.encoding_name.trim_start();
-    if name.is_empty() || name.contains([' ', '\t']) {
+    let trimmed = map.encoding_name.trim_start();
+    if trimmed.is_empty() || trimmed.contains([' ', '\t']) {
         return Err(WHY);
     }
+    let name = match trimmed.len() == map.encoding_name.len() {
+        true => map.encoding_name,
+        false => trimmed.to_owned(),
+    };
     if map.clock_rate == 0 {
         return Err("an a=rtpmap clock rate is not a positive number");
     }
@@ -266,7 +269,7 @@ fn rtpmap(value: Option<&str>) -> Result<RtpMap, Why> {
     };
     Ok(RtpMap {
         pt: map.payload_type,
-        name: name.to_owned(),
+        name,
         clock_rate: map.clock_rate,
         channels,
     })

@@ -35,33 +35,74 @@ pub(super) struct Screened<'a> {
     /// refuses one after it).
     pub has_origin: bool,
     /// Index 0 for the session level, then one per `m=` line.
-    pub sections: Vec<SectionLines>,
+    sections: Vec<Section>,
+    /// The line numbers (1-based) of every `c=` line, in order.
+    connections: Vec<usize>,
+    /// The line numbers of every `a=` line, in order.
+    attributes: Vec<usize>,
 }
 
-/// The line numbers (1-based) of one section's lines.
-#[derive(Debug, Default)]
-pub(super) struct SectionLines {
+/// Where one section's lines are.
+#[derive(Debug, Clone, Copy, Default)]
+struct Section {
     /// The `m=` line (0 for the session level).
-    pub start: usize,
-    /// Each `c=` line, in order.
-    pub connections: Vec<usize>,
-    /// Each `a=` line, in order.
-    pub attributes: Vec<usize>,
+    start: usize,
     /// Whether this is a disabled stream written without formats, which
     /// the crate refuses and we tolerate (some user agents write it so).
-    pub formatless: bool,
+    formatless: bool,
+    /// Its `c=` lines: `connections[first_connection..]`, this many.
+    first_connection: usize,
+    connection_count: usize,
+    /// Its `a=` lines, likewise.
+    first_attribute: usize,
+    attribute_count: usize,
 }
 
-impl SectionLines {
+/// The line numbers of one section (0: the session level; `i + 1`: the
+/// `i`th `m=` section).
+#[derive(Clone, Copy)]
+pub(super) struct SectionLines<'s> {
+    section: Section,
+    screened: &'s Screened<'s>,
+}
+
+impl SectionLines<'_> {
+    /// The `m=` line (0 for the session level).
+    pub fn start(&self) -> usize {
+        self.section.start
+    }
+
+    /// Whether it is a disabled stream written without formats.
+    pub fn formatless(&self) -> bool {
+        self.section.formatless
+    }
+
     /// The line of the section's `i`th `c=` (its start if there is none:
     /// the crate and the screen agree on the count, so only a bug gets it).
     pub fn connection(&self, i: usize) -> usize {
-        self.connections.get(i).copied().unwrap_or(self.start)
+        let s = &self.section;
+        let at = (i < s.connection_count).then_some(s.first_connection + i);
+        at.and_then(|at| self.screened.connections.get(at).copied())
+            .unwrap_or(s.start)
     }
 
     /// The line of the section's `i`th `a=`, likewise.
     pub fn attribute(&self, i: usize) -> usize {
-        self.attributes.get(i).copied().unwrap_or(self.start)
+        let s = &self.section;
+        let at = (i < s.attribute_count).then_some(s.first_attribute + i);
+        at.and_then(|at| self.screened.attributes.get(at).copied())
+            .unwrap_or(s.start)
+    }
+}
+
+impl<'a> Screened<'a> {
+    /// Section `i`'s line numbers (an empty section past the last one).
+    pub fn section(&'a self, i: usize) -> SectionLines<'a> {
+        let section = self.sections.get(i).copied().unwrap_or_default();
+        SectionLines {
+            section,
+            screened: self,
+        }
     }
 }
 
@@ -76,15 +117,18 @@ pub(super) fn screen(text: &str) -> Result<Screened<'_>, SdpError> {
     let mut screened = Screened {
         text: Cow::Borrowed(text),
         has_origin: false,
-        sections: vec![SectionLines::default()],
+        sections: Vec::with_capacity(4),
+        connections: Vec::with_capacity(4),
+        attributes: Vec::with_capacity(32),
     };
+    screened.sections.push(Section::default());
     let mut versioned = false;
     let mut trimmed = false;
-    for (i, piece) in text.split('\n').enumerate() {
+    for (i, piece) in lines(text).enumerate() {
         let n = i + 1;
-        let line = piece.trim_end_matches([' ', '\t', '\r']);
+        let line = trim_end(piece);
         // The crate drops the CR of a CRLF itself; anything more is ours.
-        trimmed |= line.len() != piece.strip_suffix('\r').unwrap_or(piece).len();
+        trimmed |= line.len() + usize::from(piece.ends_with('\r')) < piece.len();
         if line.is_empty() {
             continue;
         }
@@ -114,7 +158,8 @@ impl Screened<'_> {
             b'm' => return self.media_line(n, value),
             b'a' => return self.attribute_line(n),
             b'c' => {
-                self.current().connections.push(n);
+                self.connections.push(n);
+                self.current().connection_count += 1;
                 return Ok(());
             }
             b'i' | b'b' | b'k' => return Ok(()),
@@ -131,7 +176,7 @@ impl Screened<'_> {
         Err(bad(n, why))
     }
 
-    fn current(&mut self) -> &mut SectionLines {
+    fn current(&mut self) -> &mut Section {
         let last = self.sections.len() - 1;
         &mut self.sections[last]
     }
@@ -150,23 +195,27 @@ impl Screened<'_> {
             check_port(port).map_err(|why| bad(n, why))?;
         }
         let formatless = proto.is_some() && format.is_none() && port == Some("0");
-        self.sections.push(SectionLines {
+        self.sections.push(Section {
             start: n,
             formatless,
-            ..SectionLines::default()
+            first_connection: self.connections.len(),
+            connection_count: 0,
+            first_attribute: self.attributes.len(),
+            attribute_count: 0,
         });
         Ok(())
     }
 
     fn attribute_line(&mut self, n: usize) -> Result<(), SdpError> {
         let section = self.current();
-        if section.attributes.len() >= MAX_ATTRIBUTES {
+        if section.attribute_count >= MAX_ATTRIBUTES {
             return Err(SdpError::TooManyAttributes {
                 line: n,
                 max: MAX_ATTRIBUTES,
             });
         }
-        section.attributes.push(n);
+        section.attribute_count += 1;
+        self.attributes.push(n);
         Ok(())
     }
 }
@@ -200,15 +249,15 @@ fn check_port(t: &str) -> Result<(), Why> {
 /// The body with each line's trailing spaces, tabs and CRs dropped, and a
 /// placeholder format ([`PLACEHOLDER`]) after each formatless disabled
 /// `m=`, every line (blank ones too) in its place.
-fn rewrite(text: &str, sections: &[SectionLines]) -> String {
+fn rewrite(text: &str, sections: &[Section]) -> String {
     let mut formatless = sections.iter().filter(|s| s.formatless).map(|s| s.start);
     let mut next = formatless.next();
     let mut out = String::with_capacity(text.len() + 8);
-    for (i, piece) in text.split('\n').enumerate() {
+    for (i, piece) in lines(text).enumerate() {
         if i > 0 {
             out.push('\n');
         }
-        out.push_str(piece.trim_end_matches([' ', '\t', '\r']));
+        out.push_str(trim_end(piece));
         if next == Some(i + 1) {
             out.push(' ');
             out.push_str(PLACEHOLDER);
@@ -221,3 +270,31 @@ fn rewrite(text: &str, sections: &[SectionLines]) -> String {
 /// What the crate is given as the format of a formatless disabled stream;
 /// the typed model ignores it.
 const PLACEHOLDER: &str = "-";
+
+/// The body's lines, split at each LF (as `str::split('\n')` would, with
+/// a byte loop that is cheaper on lines this short).
+fn lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let current = rest?;
+        match current.bytes().position(|b| b == b'\n') {
+            Some(at) => {
+                rest = Some(&current[at + 1..]);
+                Some(&current[..at])
+            }
+            None => {
+                rest = None;
+                Some(current)
+            }
+        }
+    })
+}
+
+/// The line without its trailing spaces, tabs and CRs.
+fn trim_end(line: &str) -> &str {
+    let kept = line
+        .bytes()
+        .rposition(|b| !matches!(b, b' ' | b'\t' | b'\r'))
+        .map_or(0, |at| at + 1);
+    &line[..kept]
+}
