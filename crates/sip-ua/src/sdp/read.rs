@@ -143,11 +143,14 @@ fn formats(m: &mut MediaDescription, fmt: &str) -> Result<(), Why> {
     Ok(())
 }
 
-/// An `m=` field, never empty, bounded by [`MAX_TOKEN_BYTES`].
+/// An `m=` field, never empty, bounded by [`MAX_TOKEN_BYTES`], without a
+/// tab (the crate splits the line at spaces only, so a tab would stay
+/// inside a field and be echoed in our answer).
 fn token(t: String, missing: Why) -> Result<String, Why> {
     match t.len() {
         0 => Err(missing),
         len if len > MAX_TOKEN_BYTES => Err("an m= field longer than 32 bytes"),
+        _ if t.contains('\t') => Err("a tab inside an m= field"),
         _ => Ok(t),
     }
 }
@@ -242,10 +245,14 @@ fn set_direction(slot: &mut Option<Direction>, name: &str) -> Result<(), Why> {
 fn rtpmap(value: Option<&str>) -> Result<RtpMap, Why> {
     const WHY: Why = "a=rtpmap needs `<payload type> <name>/<clock rate>[/<channels>]`";
     let value = value.unwrap_or_default();
-    // The crate's integer parse takes a sign; a payload type is digits.
-    let pt = value.split(' ').next().unwrap_or_default();
-    if value.contains(' ') && payload_type(pt).is_none() {
+    // The crate's integer parse takes a sign; these numbers are digits.
+    let (pt, encoding) = value.split_once(' ').ok_or(WHY)?;
+    if payload_type(pt).is_none() {
         return Err("an a=rtpmap payload type is not a number 0-127");
+    }
+    let clock = encoding.split('/').nth(1).unwrap_or_default();
+    if !is_digits(clock) {
+        return Err("an a=rtpmap clock rate is not a positive number");
     }
     let map: sdp_types::RtpMap = value.parse().map_err(|_| WHY)?;
     let trimmed = map.encoding_name.trim_start();
