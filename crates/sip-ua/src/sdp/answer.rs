@@ -1,4 +1,6 @@
-//! The answer body (RFC 3264 §6): one `m=` line per offered one, in order.
+//! The answer body (RFC 3264 §6): one `m=` line per offered one, in order,
+//! built as an `sdp-types` session and written by the crate. What it says
+//! is ours; only the text is the crate's.
 
 use std::borrow::Cow;
 use std::net::IpAddr;
@@ -40,7 +42,9 @@ pub struct AnswerParams<'a> {
 /// `a=rtpmap` for each format, `a=fmtp:<dtmf pt> 0-16`, `a=ptime:20`, our
 /// direction, and `a=rtcp-mux` only if the offer has it — we can always
 /// mux, because the RTP socket tells RTCP from RTP by payload type (RFC
-/// 5761 §4); every other one with port 0 and the offer's first format.
+/// 5761 §4); every other one with port 0 and the offer's first format (for
+/// a disabled stream offered without one, none: `m=<media> 0 <proto> `,
+/// the crate writing its space before the empty format list).
 ///
 /// [`negotiate`]: super::negotiate
 pub fn answer(offer: &SessionDescription, n: &Negotiated, p: &AnswerParams<'_>) -> String {
