@@ -5,7 +5,8 @@
 //! `crates/sip-ua/src/sdp_fuzz_tests.rs`, which the stable smoke twin runs
 //! too): parse never panics and refuses with the error the body deserves;
 //! a description has at most 64 sections and 256 attributes per section,
-//! one per `m=` line with its port as written; a negotiation picks a
+//! one per `m=` line with its port as written, from a body of RFC 8866
+//! line types only, one `v=`, no control characters; a negotiation picks a
 //! plain-RTP audio stream whose formats carry the codec's payload type
 //! (the current codec kept when offered, else the offer's first preferred
 //! one), sends to the media-level `c=` else the session-level one, and

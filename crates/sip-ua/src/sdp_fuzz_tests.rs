@@ -22,6 +22,9 @@
 //! - a parsed description has at most 64 media sections and 256
 //!   attributes per section, one section per `m=` line with its port as
 //!   written, RTP formats 0-127, and an address for every used stream;
+//!   its body has only lines of a type RFC 8866 defines, `v=` once, and
+//!   no control character but tab, CR and LF (what our screen adds to
+//!   the `sdp-types` parser, which would skip or keep those);
 //! - `negotiate` (under several preferences, with and without a current
 //!   codec) picks a plain-RTP audio stream with a non-zero port whose
 //!   formats carry the codec's payload type, named so by its rtpmap or
@@ -137,6 +140,17 @@ fn check_parsed(data: &[u8], offer: &SessionDescription) {
     assert!(offer.media.len() <= MAX_MEDIA);
     assert!(offer.attributes.len() <= MAX_ATTRIBUTES);
     let text = std::str::from_utf8(data).expect("it parsed");
+    let lines = || text.split('\n').map(trim).filter(|l| !l.is_empty());
+    for line in lines() {
+        let typed = match line.as_bytes() {
+            [kind, b'=', ..] => b"vosiuepcbtrzkam".contains(kind),
+            _ => false,
+        };
+        assert!(typed, "{line:?}");
+        let control = |c: char| c.is_ascii_control() && c != '\t';
+        assert!(!line.contains(control), "{line:?}");
+    }
+    assert_eq!(lines().filter(|l| l.starts_with("v=")).count(), 1);
     let ports: Vec<&str> = (text.split('\n').map(trim))
         .filter_map(|l| l.strip_prefix("m="))
         .map(|m| m.split_ascii_whitespace().nth(1).unwrap_or_default())

@@ -1,7 +1,8 @@
-//! The answer body (RFC 3264 §6): one `m=` line per offered one, in order.
+//! The answer body (RFC 3264 §6): one `m=` line per offered one, in order,
+//! built as an `sdp-types` session and written by the crate. What it says
+//! is ours; only the text is the crate's.
 
 use std::borrow::Cow;
-use std::fmt::{self, Write as _};
 use std::net::IpAddr;
 
 use super::{Codec, MediaDescription, Negotiated, SessionDescription};
@@ -41,80 +42,81 @@ pub struct AnswerParams<'a> {
 /// `a=rtpmap` for each format, `a=fmtp:<dtmf pt> 0-16`, `a=ptime:20`, our
 /// direction, and `a=rtcp-mux` only if the offer has it — we can always
 /// mux, because the RTP socket tells RTCP from RTP by payload type (RFC
-/// 5761 §4); every other one with port 0 and the offer's first format.
+/// 5761 §4); every other one with port 0 and the offer's first format (for
+/// a disabled stream offered without one, none: `m=<media> 0 <proto> `,
+/// the crate writing its space before the empty format list).
 ///
 /// [`negotiate`]: super::negotiate
 pub fn answer(offer: &SessionDescription, n: &Negotiated, p: &AnswerParams<'_>) -> String {
-    let mut out = String::with_capacity(256 + 48 * offer.media.len());
-    let addr = Address(p.local_ip);
-    let user = username(p.origin_username);
-    line(&mut out, format_args!("v=0"));
-    line(
-        &mut out,
-        format_args!("o={user} {} {} {addr}", p.session_id, p.version),
-    );
-    line(&mut out, format_args!("s={}", session_name(p.session_name)));
-    line(&mut out, format_args!("c={addr}"));
-    line(&mut out, format_args!("t=0 0"));
-    for (i, m) in offer.media.iter().enumerate() {
-        if i == n.media_index {
-            chosen(&mut out, m, n, p.local_rtp_port);
-        } else {
-            rejected(&mut out, m);
-        }
-    }
-    out
+    let ip = p.local_ip;
+    let mut origin = sdp_types::Origin::with_ip_addr(p.session_id, p.version, ip);
+    origin.set_username(username(p.origin_username));
+    let mut session = sdp_types::Session::new(origin, session_name(p.session_name));
+    session.connection = Some(sdp_types::Connection::from_ip_addr(ip));
+    session.times = vec![sdp_types::Time::new(0, 0)];
+    session.medias = (offer.media.iter().enumerate())
+        .map(|(i, m)| {
+            if i == n.media_index {
+                chosen(m, n, p.local_rtp_port)
+            } else {
+                rejected(m)
+            }
+        })
+        .collect();
+    let mut out = Vec::with_capacity(256 + 48 * offer.media.len());
+    // Writing to a Vec cannot fail.
+    let _ = session.write(&mut out);
+    // Every field written is a &str, so the text is UTF-8.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// The accepted stream.
-fn chosen(out: &mut String, m: &MediaDescription, n: &Negotiated, port: u16) {
+fn chosen(m: &MediaDescription, n: &Negotiated, port: u16) -> sdp_types::Media {
     let pt = n.payload_type;
     let dtmf = n.dtmf_payload_type.filter(|&d| d != pt);
-    let dtmf_format = dtmf.map(|d| format!(" {d}")).unwrap_or_default();
-    line(
-        out,
-        format_args!("m={} {port} {} {pt}{dtmf_format}", m.kind, m.proto),
-    );
-    line(
-        out,
-        format_args!("a=rtpmap:{pt} {}/{}", n.codec.name(), Codec::CLOCK_RATE),
-    );
+    let formats = match dtmf {
+        Some(d) => format!("{pt} {d}"),
+        None => pt.to_string(),
+    };
+    let mut media = stream(m, port, formats);
+    let codec = sdp_types::RtpMap::new(pt, n.codec.name(), Codec::CLOCK_RATE);
+    media.add_attribute(codec);
     if let Some(d) = dtmf {
-        line(out, format_args!("a=rtpmap:{d} telephone-event/8000"));
-        line(out, format_args!("a=fmtp:{d} {DTMF_EVENTS}"));
+        media.add_attribute(sdp_types::RtpMap::new(d, "telephone-event", 8_000));
+        media.add_attribute_with_value("fmtp", format_args!("{d} {DTMF_EVENTS}"));
     }
-    line(out, format_args!("a=ptime:{PTIME_MS}"));
-    line(out, format_args!("a={}", n.direction));
+    media.add_attribute_with_value("ptime", PTIME_MS);
+    media.add_attribute_from_str(n.direction);
     if m.rtcp_mux {
-        line(out, format_args!("a=rtcp-mux"));
+        media.add_attribute_from_str("rtcp-mux");
     }
+    media
 }
 
 /// A rejected stream: port 0, the offer's first format (RFC 3264 §6).
-fn rejected(out: &mut String, m: &MediaDescription) {
+fn rejected(m: &MediaDescription) -> sdp_types::Media {
     let first = match (m.formats.first(), m.non_rtp_formats.first()) {
-        (Some(pt), _) => format!(" {pt}"),
-        (None, Some(f)) => format!(" {f}"),
+        (Some(pt), _) => pt.to_string(),
+        (None, Some(f)) => f.clone(),
         (None, None) => String::new(),
     };
-    line(out, format_args!("m={} 0 {}{first}", m.kind, m.proto));
+    stream(m, 0, first)
 }
 
-fn line(out: &mut String, args: fmt::Arguments<'_>) {
-    // Writing to a String cannot fail.
-    let _ = out.write_fmt(args);
-    out.push_str("\r\n");
-}
-
-/// `IN IP4 <address>` or `IN IP6 <address>`.
-struct Address(IpAddr);
-
-impl fmt::Display for Address {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            IpAddr::V4(ip) => write!(f, "IN IP4 {ip}"),
-            IpAddr::V6(ip) => write!(f, "IN IP6 {ip}"),
-        }
+/// An `m=` section with the offer's media type and protocol as written
+/// (RFC 3264 §6 keeps them), no attributes yet.
+fn stream(m: &MediaDescription, port: u16, formats: String) -> sdp_types::Media {
+    sdp_types::Media {
+        media: m.kind.clone(),
+        port,
+        num_ports: None,
+        proto: m.proto.clone(),
+        fmt: formats,
+        media_title: None,
+        connections: Vec::new(),
+        bandwidths: Vec::new(),
+        key: None,
+        attributes: Vec::new(),
     }
 }
 

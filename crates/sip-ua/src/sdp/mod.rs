@@ -1,9 +1,13 @@
-//! SDP offer/answer (RFC 3264 over RFC 4566) for G.711 audio over RTP.
+//! SDP offer/answer (RFC 3264 over RFC 8866, which obsoletes RFC 4566) for G.711 audio over RTP.
 //!
-//! What it is: a bounded parser for the SDP bodies carriers, SBCs and PBXs
-//! put in their INVITEs ([`parse`]), the answerer's choice of one audio
-//! stream and codec ([`negotiate`]), and the answer body we send back
-//! ([`answer`]).
+//! What it is: our typed offer/answer model over the `sdp-types` crate
+//! (GStreamer's SDP parser and writer): [`parse`] reads the SDP bodies
+//! carriers, SBCs and PBXs put in their INVITEs (the crate parses every
+//! line; our screen before it and our model after it refuse what callgate
+//! must not accept), [`negotiate`] is the answerer's choice of one audio
+//! stream and codec — policy, all ours — and [`answer`] builds the body we
+//! send back and has the crate write it. The WebRTC side does not use this:
+//! str0m parses and writes its own SDP.
 //!
 //! What it never does: I/O, clocks or allocation proportional to anything
 //! but the (size-limited) body. It does not speak SRTP, ICE, DTLS, video or
@@ -49,6 +53,8 @@ mod negotiate;
 mod parse;
 #[cfg(test)]
 mod parse_tests;
+mod read;
+mod screen;
 #[cfg(test)]
 mod tests;
 
@@ -207,8 +213,9 @@ pub struct SessionDescription {
 
 /// The `o=` line: `<username> <sess-id> <sess-version> IN <type> <address>`.
 ///
-/// The numbers are kept as sent: RFC 4566 makes them digit strings, some
-/// user agents send more than 64 bits, and the only thing done with them is
+/// The numbers are kept as digit strings: the session id as sent, the
+/// version as the number it is (at most 2^64 - 1, which RFC 3264 §5 asks
+/// of it; leading zeros dropped). The only thing done with them is
 /// comparing one offer's with the next one's (RFC 3264 §8: an unchanged
 /// version means an unchanged description).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -237,6 +237,116 @@ fn misplaced_and_malformed_lines_are_refused() {
 }
 
 #[test]
+fn the_screen_refuses_what_the_crate_would_skip_or_take() {
+    // Each of these the sdp-types parser accepts (or skips); callgate must
+    // not: see the checks named in screen.rs and read.rs.
+    let cases = [
+        (format!("{SIPP}A=x\r\n"), 8),       // upper-case type letter
+        (format!("{SIPP}x=1\r\n"), 8),       // unknown type letter
+        (format!("{SIPP}a=x\u{b}y\r\n"), 8), // vertical tab
+        (format!("{SIPP}a=x\u{7f}\r\n"), 8), // DEL
+        (format!("{SIPP}v=0\r\n"), 8),       // a second v=
+        (format!("{SIPP}s=again\r\n"), 8),   // session line in media
+        (SIPP.replace("audio 6000", "audio +6000"), 6), // signed port
+        (SIPP.replace("audio 6000", "audio 6000/+2"), 6),
+        (format!("{SIPP}a=rtpmap:+0 PCMU/8000\r\n"), 8),
+        (format!("{SIPP}a=rtpmap:0 PCMU/+8000\r\n"), 8),
+        (format!("{SIPP}a=rtpmap:0 /8000\r\n"), 8), // empty encoding name
+        (format!("{SIPP}a=rtcp:+5000\r\n"), 8),
+        (format!("{SIPP}a=:x\r\n"), 8), // empty attribute name
+        (
+            format!("{SIPP}c=IN IP4 10.0.0.1\r\nc=IN IP4 10.0.0.2\r\n"),
+            9,
+        ),
+    ];
+    for (body, line) in &cases {
+        assert_eq!(bad_line(body), *line, "{body}");
+    }
+    let e = error(format!("{SIPP}a=rtpmap:+0 PCMU/8000\r\n"));
+    assert_eq!(
+        e.to_string(),
+        "SDP line 8: an a=rtpmap payload type is not a number 0-127"
+    );
+}
+
+#[test]
+fn the_crates_grammar_refusals_name_their_line() {
+    let cases = [
+        (
+            SIPP.replace("t=0 0", "t=0"),
+            5,
+            "t= needs `<start time> <stop time>`",
+        ),
+        (
+            SIPP.replace("t=0 0", "b=AS"),
+            5,
+            "b= needs `<type>:<bandwidth>`",
+        ),
+        (
+            SIPP.replace("t=0 0", "r=7d 1h 0"),
+            5,
+            "an r= line without a t= line before it",
+        ),
+        (SIPP.replace("s=-", "s=-\r\ns=again"), 4, "a second s= line"),
+        (
+            SIPP.replace("audio 6000 ", "audio 6000  "),
+            6,
+            "an m= line without a protocol",
+        ), // a double space: the crate splits at single spaces
+        (
+            SIPP.replace(" 2353687637 ", " 18446744073709551616 "), // 2^64
+            2,
+            "o= needs",
+        ),
+    ];
+    for (body, line, why) in &cases {
+        let e = error(body);
+        assert_eq!(bad_line(body), *line, "{body}");
+        assert!(e.to_string().contains(why), "{e} for\n{body}");
+    }
+    let biggest = SIPP.replace(" 2353687637 ", " 18446744073709551615 ");
+    assert_eq!(parsed(&biggest).origin.version, "18446744073709551615");
+}
+
+#[test]
+fn a_disabled_stream_without_formats_and_a_final_bare_cr_are_tolerated() {
+    let body = format!("{SIPP}m=video 0 RTP/AVP\r\nm=image 0 udptl\r");
+    let sdp = parsed(&body);
+    assert_eq!(sdp.media.len(), 3);
+    for m in &sdp.media[1..] {
+        assert_eq!(m.port, 0);
+        assert!(
+            m.formats.is_empty() && m.non_rtp_formats.is_empty(),
+            "{m:?}"
+        );
+    }
+    assert_eq!(sdp.media[2].proto, "udptl");
+    assert_eq!(
+        bad_line(&format!("{SIPP}m=video 4000 RTP/AVP\r\n")),
+        8,
+        "a used stream needs a format"
+    );
+    // The answer says port 0 for both and re-parses to the same shape.
+    let n = negotiate(&sdp, &[Codec::Pcmu], None).unwrap();
+    let p = AnswerParams {
+        origin_username: "callgate",
+        session_id: 1,
+        version: 1,
+        local_ip: "192.0.2.1".parse().unwrap(),
+        local_rtp_port: 4000,
+        session_name: "callgate",
+    };
+    let back = parsed(&answer(&sdp, &n, &p));
+    let shape: Vec<(u16, &str, usize)> = (back.media.iter())
+        .map(|m| (m.port, m.proto.as_str(), m.formats.len()))
+        .collect();
+    assert_eq!(
+        shape,
+        [(4000, "RTP/AVP", 1), (0, "RTP/AVP", 0), (0, "udptl", 0)]
+    );
+}
+
+#[test]
 fn rtp_attributes_are_not_interpreted_on_other_protocols() {
     let t38 = format!("{SIPP}m=image 4002 udptl t38\r\na=rtpmap:x y\r\na=fmtp:t38 z\r\n");
     let m = &parsed(&t38).media[1];
