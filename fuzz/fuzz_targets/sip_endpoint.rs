@@ -3,7 +3,7 @@
 //! released and its timers run out.
 //!
 //! Invariants (stated and asserted in the one shared file,
-//! `crates/sip-ua/src/endpoint_fuzz_tests.rs`, which the stable smoke twin
+//! `crates/callgate/src/carrier/sip/ua/endpoint_fuzz_tests.rs`, which the stable smoke twin
 //! runs too): no panic; framed messages honour Content-Length and carry the
 //! transaction headers once; every answer is a well-formed response with
 //! the request's Call-ID and CSeq, at most two per message; a call only for
@@ -11,9 +11,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sip_ua::*;
+use callgate::carrier::sip::ua::*;
 
-#[path = "../../crates/sip-ua/src/endpoint_fuzz_tests.rs"]
+#[path = "../../crates/callgate/src/carrier/sip/ua/endpoint_fuzz_tests.rs"]
 mod invariants;
 
 fuzz_target!(|data: &[u8]| invariants::check(data));

@@ -1,8 +1,8 @@
-//! SDP offer/answer: `sip_ua::sdp::{parse, negotiate, answer}` on
+//! SDP offer/answer: `callgate::carrier::sip::ua::sdp::{parse, negotiate, answer}` on
 //! arbitrary bodies (the offer in an INVITE from a carrier, SBC or PBX).
 //!
 //! Invariants (stated and asserted in the one shared file,
-//! `crates/sip-ua/src/sdp_fuzz_tests.rs`, which the stable smoke twin runs
+//! `crates/callgate/src/carrier/sip/ua/sdp_fuzz_tests.rs`, which the stable smoke twin runs
 //! too): parse never panics and refuses with the error the body deserves;
 //! a description has at most 64 sections and 256 attributes per section,
 //! one per `m=` line with its port as written, from a body of RFC 8866
@@ -16,9 +16,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sip_ua::sdp;
+use callgate::carrier::sip::ua::sdp;
 
-#[path = "../../crates/sip-ua/src/sdp_fuzz_tests.rs"]
+#[path = "../../crates/callgate/src/carrier/sip/ua/sdp_fuzz_tests.rs"]
 mod invariants;
 
 fuzz_target!(|data: &[u8]| invariants::check(data));

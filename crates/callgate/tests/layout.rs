@@ -10,7 +10,9 @@
 //!    is. The graph must have no cycle: dependencies point one way, so each
 //!    layer can be read, tested and replaced without the ones above it.
 //! 2. **Wire types stay in their carrier's home.** Outside `carrier/`,
-//!    no file names a carrier's wire module or the SIP stack.
+//!    no file names a carrier's wire module or the SIP stack; the SIP user
+//!    agent (`carrier/sip/ua`) names nothing else in the server and, outside
+//!    its tests, no runtime, socket or clock.
 //! 3. **Repository rules**, over the whole repository from the workspace
 //!    root: no Rust file over 800 lines; no `path` attribute outside the
 //!    root's `fuzz/` (every module file sits where `mod` finds it; only the
@@ -362,6 +364,51 @@ fn the_server_crate_has_no_import_circle() {
         let shown: Vec<String> = cycle.iter().map(show).collect();
         panic!("import circle: {}", shown.join(" -> "));
     }
+}
+
+/// The SIP user agent is a folder of the SIP carrier, not a crate; this is
+/// the boundary a crate gave it: it names no other module of the server,
+/// and outside its tests no runtime, socket or clock.
+#[test]
+fn the_sip_user_agent_is_sans_io_and_names_nothing_above_it() {
+    let ua: Module = ["carrier", "sip", "ua"].map(String::from).to_vec();
+    let graph = import_graph();
+    let mut found = Vec::new();
+    let mut read = 0;
+    for (m, targets) in graph.iter().filter(|(m, _)| m.starts_with(&ua)) {
+        read += 1;
+        let above = targets.iter().filter(|t| !t.starts_with(&ua));
+        found.extend(above.map(|t| format!("{} names {}", show(m), show(t))));
+    }
+    let mut files = Vec::new();
+    rust_files(&src_dir().join("carrier/sip/ua"), &[], &mut files);
+    let io = [
+        "tokio",
+        "Instant::now",
+        "SystemTime",
+        "UdpSocket",
+        "TcpStream",
+        "TcpListener",
+        "std::thread",
+    ];
+    for f in files
+        .iter()
+        .filter(|f| !f.to_string_lossy().ends_with("tests.rs"))
+    {
+        let text = strip(&std::fs::read_to_string(f).expect("readable"));
+        // An inline `mod tests` (at the end of a file) may read the clock.
+        let text = text.split("mod tests {").next().unwrap_or_default();
+        found.extend(
+            io.iter()
+                .filter(|w| text.contains(*w))
+                .map(|w| format!("{} names {w}", f.display())),
+        );
+    }
+    assert!(
+        read > 10 && files.len() > 10,
+        "read the user agent: {read} modules"
+    );
+    assert!(found.is_empty(), "{found:#?}");
 }
 
 #[test]

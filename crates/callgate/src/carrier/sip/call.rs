@@ -7,12 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sip_ua::Invite;
-use sip_ua::sdp;
 use tokio::sync::mpsc;
 use tracing::{Instrument, info_span, warn};
 
 use super::leg::{Command, ServerLink, Signal, SipLeg, SipShared, codecs};
+use super::ua::{self, Invite, sdp};
 use crate::app::CallServices;
 use crate::call::labels::{Labels, Transport};
 use crate::call::setup::Arrival;
@@ -65,7 +64,7 @@ fn arrival(
     labels: Labels,
 ) -> Arrival {
     let user = |v: &str| {
-        let uri = sip_ua::wire::uri_of(v);
+        let uri = ua::wire::uri_of(v);
         uri.split_once(':')
             .map(|(_, r)| r.split('@').next().unwrap_or_default().to_string())
             .unwrap_or_default()
@@ -120,9 +119,9 @@ fn not_acceptable(
 }
 
 /// The ledger's transport label of the transport the INVITE came over.
-const fn transport_label(t: sip_ua::Transport) -> Transport {
+const fn transport_label(t: ua::Transport) -> Transport {
     match t {
-        sip_ua::Transport::Udp => Transport::SipUdp,
-        sip_ua::Transport::Tcp => Transport::SipTcp,
+        ua::Transport::Udp => Transport::SipUdp,
+        ua::Transport::Tcp => Transport::SipTcp,
     }
 }

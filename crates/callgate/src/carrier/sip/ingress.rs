@@ -1,5 +1,5 @@
 //! The SIP ingress: one task owning the UDP socket, the TCP listener and
-//! the sans-IO [`sip_ua::Endpoint`]; one task per call (`call::run`).
+//! the sans-IO [`super::ua::Endpoint`]; one task per call (`call::run`).
 //!
 //! The server task reads every datagram and every message cut from a TCP
 //! stream, feeds the endpoint, sends what it outputs, and routes its
@@ -16,6 +16,7 @@
 
 use super::call;
 use super::tcp::{self, FromTcp};
+use super::ua::{self, CallKey, Endpoint, Event, Output, Peer, Transport};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,7 +24,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use sip_ua::{CallKey, Endpoint, Event, Output, Peer, Transport};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -66,7 +66,7 @@ impl SipServer {
                 "sip.rtp_port_min..rtp_port_max holds fewer port pairs than admission's capacity: calls past it get 503"
             );
         }
-        let mut ep_cfg = sip_ua::Config::new(SocketAddr::new(local_ip, addr.port()));
+        let mut ep_cfg = ua::Config::new(SocketAddr::new(local_ip, addr.port()));
         ep_cfg.max_message_bytes = cfg.max_message_bytes;
         let seed = std::process::id() as u64 ^ super::leg::media::seed();
         let shared = Arc::new(SipShared {
@@ -304,7 +304,7 @@ impl Server {
         }
     }
 
-    fn on_invite(&mut self, call: CallKey, invite: sip_ua::Invite) {
+    fn on_invite(&mut self, call: CallKey, invite: ua::Invite) {
         let trusted = &self.shared.cfg.trusted_peers;
         if !trusted.is_empty() && !trusted.contains(&invite.source.addr.ip()) {
             warn!(from = %invite.source.addr, "INVITE from an untrusted address: 403");
@@ -323,7 +323,7 @@ impl Server {
             .spawn(call::run(app, shared, link, rx, invite));
     }
 
-    fn on_options(&mut self, txn: sip_ua::TxnKey) {
+    fn on_options(&mut self, txn: ua::TxnKey) {
         let snap = self.app.gate.snapshot();
         let full = snap.active >= snap.capacity;
         let serving = !snap.draining && !full && snap.dependencies_down.is_empty();

@@ -1,5 +1,5 @@
 //! One SIP TCP connection: a reader that cuts messages by
-//! `Content-Length` ([`sip_ua::wire::StreamFramer`]) and a writer fed by
+//! `Content-Length` ([`callgate::carrier::sip::ua::wire::StreamFramer`]) and a writer fed by
 //! the server task. A stream that breaks framing (no or bad
 //! `Content-Length`, a message over the limit) cannot be resynchronised,
 //! so it is closed and counted; so is one idle for [`IDLE`].
@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use sip_ua::wire::StreamFramer;
+use crate::carrier::sip::ua::wire::StreamFramer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;

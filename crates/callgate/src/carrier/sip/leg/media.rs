@@ -24,9 +24,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::carrier::sip::ua::sdp::Codec;
 use media::g711;
 use media::rtp::{dtmf, jitter, packet, rtcp, sender::RtpSender, stats::ReceiverStats};
-use sip_ua::sdp::Codec;
 use tokio::sync::mpsc;
 
 use super::ports::PortLease;

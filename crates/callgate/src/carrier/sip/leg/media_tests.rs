@@ -3,8 +3,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::carrier::sip::ua::sdp::Codec;
 use ::media::rtp::{packet, rtcp};
-use sip_ua::sdp::Codec;
 use tokio::net::UdpSocket;
 
 use super::media::{self, Params, Settings};

@@ -22,8 +22,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sip_ua::sdp::{self, Negotiated, SessionDescription};
-use sip_ua::{CallKey, TxnKey};
+use crate::carrier::sip::ua::sdp::{self, Negotiated, SessionDescription};
+use crate::carrier::sip::ua::{CallKey, TxnKey};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 

@@ -3,9 +3,9 @@
 //! and by the stable smoke twin (the `#[cfg(test)]` part at the bottom).
 //!
 //! This file is included twice: by an ordinary `mod` (`#[cfg(test)]`), as
-//! `endpoint_fuzz_tests` at the root of `sip-ua`, and by a `path`
+//! `carrier::sip::ua::endpoint_fuzz_tests` in callgate, and by a `path`
 //! attribute in the fuzz target, as `mod invariants`, whose crate root has
-//! `use sip_ua::*`. The code under test is reached as `crate::…` in both
+//! `use callgate::carrier::sip::ua::*`. The code under test is reached as `super::…` in both
 //! builds; the smoke twin's mutator is the dev-dependency
 //! `callgate_test_support`. Entry point: [`check`].
 //!
@@ -27,7 +27,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::{CallKey, Config, Endpoint, Event, Output, Peer, Transport, wire};
+use super::{CallKey, Config, Endpoint, Event, Output, Peer, Transport, wire};
 
 /// Every invariant on one input (see the module documentation).
 pub fn check(data: &[u8]) {

@@ -4,12 +4,12 @@
 //! file).
 //!
 //! This file is included twice:
-//! - by an ordinary `mod` (`#[cfg(test)]`), as `sdp_fuzz_tests` at the root
-//!   of the `sip-ua` crate;
+//! - by an ordinary `mod` (`#[cfg(test)]`), as `sdp_fuzz_tests` in callgate's
+//!   `carrier::sip::ua`;
 //! - by a `path` attribute in the fuzz target, as `mod invariants`, whose
-//!   crate root has `use sip_ua::sdp`.
+//!   crate root has `use callgate::carrier::sip::ua::sdp`.
 //!
-//! So the code under test is reached as `crate::sdp` (the same module in
+//! So the code under test is reached as `super::sdp` (the same module in
 //! both builds), and the smoke twin and its mutator (the dev-dependency
 //! `callgate_test_support`) are compiled only under `cfg(test)`. Entry
 //! point: [`check`].
@@ -43,7 +43,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-use crate::sdp::{
+use super::sdp::{
     self, AnswerParams, Codec, Direction, MAX_ATTRIBUTES, MAX_BODY_BYTES, MAX_MEDIA,
     MediaDescription, Negotiated, NegotiationError, SdpError, SessionDescription,
 };
@@ -343,14 +343,14 @@ mod smoke {
 
     /// The fuzz target's seeds.
     const SEEDS: [&[u8]; 8] = [
-        include_bytes!("../../../fuzz/seeds/sip_sdp/sipp"),
-        include_bytes!("../../../fuzz/seeds/sip_sdp/asterisk"),
-        include_bytes!("../../../fuzz/seeds/sip_sdp/freeswitch"),
-        include_bytes!("../../../fuzz/seeds/sip_sdp/rtpengine"),
-        include_bytes!("../../../fuzz/seeds/sip_sdp/dynamic_pcma"),
-        include_bytes!("../../../fuzz/seeds/sip_sdp/video_audio_fax"),
-        include_bytes!("../../../fuzz/seeds/sip_sdp/ipv6_savp_avpf"),
-        include_bytes!("../../../fuzz/seeds/sip_sdp/g729_rfc2543_hold"),
+        include_bytes!("../../../../../../fuzz/seeds/sip_sdp/sipp"),
+        include_bytes!("../../../../../../fuzz/seeds/sip_sdp/asterisk"),
+        include_bytes!("../../../../../../fuzz/seeds/sip_sdp/freeswitch"),
+        include_bytes!("../../../../../../fuzz/seeds/sip_sdp/rtpengine"),
+        include_bytes!("../../../../../../fuzz/seeds/sip_sdp/dynamic_pcma"),
+        include_bytes!("../../../../../../fuzz/seeds/sip_sdp/video_audio_fax"),
+        include_bytes!("../../../../../../fuzz/seeds/sip_sdp/ipv6_savp_avpf"),
+        include_bytes!("../../../../../../fuzz/seeds/sip_sdp/g729_rfc2543_hold"),
     ];
     const TOKENS: &[&str] = &[
         "\r\n",

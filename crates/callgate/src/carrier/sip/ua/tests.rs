@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::*;
+use crate::carrier::sip::ua::*;
 
 const PEER: &str = "127.0.0.1:5070";
 

@@ -1,4 +1,4 @@
-//! `sip-ua` — callgate's SIP user agent server, sans-IO.
+//! `carrier::sip::ua` — callgate's SIP user agent server, sans-IO.
 //!
 //! What it is: the SIP side of a voice-bot endpoint that *receives* calls —
 //! strict framing of untrusted messages ([`wire`]), INVITE and non-INVITE
@@ -25,7 +25,7 @@
 //!
 //! ```
 //! use std::time::Instant;
-//! use sip_ua::{Config, Endpoint, Event, Output, Peer, Transport};
+//! use callgate::carrier::sip::ua::{Config, Endpoint, Event, Output, Peer, Transport};
 //!
 //! let local = "127.0.0.1:5060".parse().unwrap();
 //! let mut ep = Endpoint::new(Config::new(local), 7);

@@ -4,16 +4,16 @@
 //! Run in release, on an otherwise quiet machine:
 //!
 //! ```text
-//! cargo run --release -p sip-ua --example sip_parse_cost
+//! cargo run --release -p callgate --example sip_parse_cost
 //! ```
 //!
 //! The messages are what a carrier sends through a proxy: an INVITE with
 //! two `Via`s, a `Record-Route`, the usual dialog headers and a PCMU/PCMA
 //! SDP offer, and the BYE that ends the call. "parse" is the parsing the
-//! endpoint does for every request: [`sip_ua::wire::frame`], which is
+//! endpoint does for every request: [`callgate::carrier::sip::ua::wire::frame`], which is
 //! rsip's one parse of the message and the framing checks on it; "receive"
 //! is the whole of
-//! [`sip_ua::Endpoint::receive`] on a fresh endpoint — parse, the checks,
+//! [`callgate::carrier::sip::ua::Endpoint::receive`] on a fresh endpoint — parse, the checks,
 //! the transaction key, the answer it writes — for scale.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -22,7 +22,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use sip_ua::{Config, Endpoint, Peer, Transport, wire};
+use callgate::carrier::sip::ua::{Config, Endpoint, Peer, Transport, wire};
 
 /// Counts allocations so that a call's heap use can be reported next to
 /// its time. Measuring is this example's only purpose; the library itself

@@ -16,8 +16,8 @@ use std::net::IpAddr;
 
 use sdp_types::{AddrType, ConnectionAddress, ConnectionAddressError, NetType};
 
-use super::parse::{MAX_TOKEN_BYTES, SdpError, Why, bad};
-use super::screen::{Screened, SectionLines};
+use super::error::{MAX_TOKEN_BYTES, SdpError, Why, bad};
+use super::screen::{Screened, SectionLines, is_digits, number};
 use super::{Attribute, Direction, MediaDescription, Origin, RtpMap, SessionDescription};
 
 /// Our description of what the crate parsed from `screened`.
@@ -324,13 +324,4 @@ fn rtcp(value: Option<&str>) -> Result<(u16, Option<IpAddr>), Why> {
 /// An RTP payload type: a decimal number 0-127.
 fn payload_type(t: &str) -> Option<u8> {
     number(t).filter(|&pt: &u8| pt <= 127)
-}
-
-/// A decimal number of plain digits (no sign, no spaces), in range for `T`.
-pub(super) fn number<T: std::str::FromStr>(t: &str) -> Option<T> {
-    if is_digits(t) { t.parse().ok() } else { None }
-}
-
-fn is_digits(t: &str) -> bool {
-    !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())
 }

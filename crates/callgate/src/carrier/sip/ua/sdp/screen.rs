@@ -24,7 +24,7 @@
 
 use std::borrow::Cow;
 
-use super::parse::{MAX_ATTRIBUTES, MAX_MEDIA, SdpError, Why, bad};
+use super::error::{MAX_ATTRIBUTES, MAX_MEDIA, SdpError, Why, bad};
 
 /// A body that passed the screen.
 pub(super) struct Screened<'a> {
@@ -235,11 +235,11 @@ fn split_line(line: &str) -> Result<(u8, &str), Why> {
 /// `<port>[/<number of ports>]`, plain digits, the count at least 1.
 fn check_port(t: &str) -> Result<(), Why> {
     let (port, count) = t.split_once('/').map_or((t, None), |(p, c)| (p, Some(c)));
-    if super::read::number::<u16>(port).is_none() {
+    if number::<u16>(port).is_none() {
         return Err("the m= port is not a number 0-65535");
     }
     match count {
-        Some(c) if super::read::number::<u16>(c).is_none_or(|c| c == 0) => {
+        Some(c) if number::<u16>(c).is_none_or(|c| c == 0) => {
             Err("the m= port count is not a number 1-65535")
         }
         _ => Ok(()),
@@ -297,4 +297,13 @@ fn trim_end(line: &str) -> &str {
         .rposition(|b| !matches!(b, b' ' | b'\t' | b'\r'))
         .map_or(0, |at| at + 1);
     &line[..kept]
+}
+
+/// A decimal number of plain digits (no sign, no spaces), in range for `T`.
+pub(super) fn number<T: std::str::FromStr>(t: &str) -> Option<T> {
+    if is_digits(t) { t.parse().ok() } else { None }
+}
+
+pub(super) fn is_digits(t: &str) -> bool {
+    !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit())
 }

@@ -1,11 +1,11 @@
-//! What parsing one SIP offer costs: `sip_ua::sdp::parse` next to the bare
+//! What parsing one SIP offer costs: `callgate::carrier::sip::ua::sdp::parse` next to the bare
 //! `sdp_types::Session::parse`, as the median and range of the per-parse
 //! time over repeated batches.
 //!
 //! Run in release, on an otherwise quiet machine:
 //!
 //! ```text
-//! cargo run --release -p sip-ua --example sdp_parse_cost [FILTER [PER_BATCH]]
+//! cargo run --release -p callgate --example sdp_parse_cost [FILTER [PER_BATCH]]
 //! ```
 //!
 //! With a FILTER, only the cases whose name contains it run; with a
@@ -98,16 +98,16 @@ fn main() {
     println!("{REPEATS} batches of {per_batch} parses each; time per parse:");
     for (name, offer) in [("asterisk", ASTERISK), ("freeswitch", FREESWITCH)] {
         let body = offer.as_bytes();
-        if let Err(e) = sip_ua::sdp::parse(body) {
+        if let Err(e) = callgate::carrier::sip::ua::sdp::parse(body) {
             panic!("{name}: {e}");
         }
         if let Err(e) = sdp_types::Session::parse(body) {
             panic!("{name}: {e}");
         }
-        let ours = format!("sip_ua::sdp::parse ({name})");
+        let ours = format!("callgate::carrier::sip::ua::sdp::parse ({name})");
         if ours.contains(&filter) {
             report(&ours, body.len(), per_batch, || {
-                let _ = black_box(sip_ua::sdp::parse(black_box(body)));
+                let _ = black_box(callgate::carrier::sip::ua::sdp::parse(black_box(body)));
             });
         }
         let bare = format!("sdp_types::Session::parse ({name})");

@@ -10,8 +10,8 @@ use std::net::SocketAddr;
 
 use rsipstack::sip as rsip;
 
-use crate::wire::{self, Framed};
-use crate::{Peer, Transport};
+use crate::carrier::sip::ua::wire::{self, Framed};
+use crate::carrier::sip::ua::{Peer, Transport};
 
 /// What callgate knows of one dialog it accepted.
 #[derive(Debug, Clone)]

@@ -6,10 +6,10 @@
 
 use std::time::Instant;
 
-use crate::endpoint::{Endpoint, Pending, Phase};
-use crate::txn::Retransmit;
-use crate::wire;
-use crate::{CallKey, Transport, TxnKey};
+use crate::carrier::sip::ua::endpoint::{Endpoint, Pending, Phase};
+use crate::carrier::sip::ua::txn::Retransmit;
+use crate::carrier::sip::ua::wire;
+use crate::carrier::sip::ua::{CallKey, Transport, TxnKey};
 
 /// A refusal of a re-INVITE: the status code and extra headers.
 pub type Refusal<'a> = (u16, Vec<(&'a str, String)>);
@@ -59,7 +59,10 @@ impl Endpoint {
         let mut extra = record_routes(&c.invite);
         extra.extend([
             ("Contact", format!("<{contact}>")),
-            ("Allow", crate::endpoint::ALLOW.to_string()),
+            (
+                "Allow",
+                crate::carrier::sip::ua::endpoint::ALLOW.to_string(),
+            ),
             ("Supported", "replaces".to_string()),
             ("Server", server),
         ]);
@@ -142,7 +145,7 @@ impl Endpoint {
         c.dialog.remote_cseq = req.cseq().map_or(c.dialog.remote_cseq, |s| s.0);
         let reliable = c.dialog.source.transport == Transport::Tcp;
         let to = c.dialog.source;
-        let key = crate::endpoint::server_key(&req, "INVITE");
+        let key = crate::carrier::sip::ua::endpoint::server_key(&req, "INVITE");
         let bytes = match answer {
             Ok(sdp) => {
                 let extra = [("Contact", format!("<{contact}>")), ("Server", server)];
@@ -186,7 +189,7 @@ impl Endpoint {
     }
 
     /// Sends `BYE` (with a `Reason` header when given); its answer or
-    /// timeout comes as [`crate::Event::ByeDone`]. An unanswered call is
+    /// timeout comes as [`crate::carrier::sip::ua::Event::ByeDone`]. An unanswered call is
     /// refused instead (`487` is for CANCEL: use [`Endpoint::reject`]).
     pub fn bye(
         &mut self,
@@ -199,8 +202,8 @@ impl Endpoint {
     }
 
     /// Sends `REFER` to `target` (with `Referred-By` us); the answer comes
-    /// as [`crate::Event::ReferAnswered`], progress as
-    /// [`crate::Event::ReferNotify`].
+    /// as [`crate::carrier::sip::ua::Event::ReferAnswered`], progress as
+    /// [`crate::carrier::sip::ua::Event::ReferNotify`].
     pub fn refer(&mut self, call: CallKey, target: &str, now: Instant) -> Result<(), CommandError> {
         let me = format!("<{}>", self.contact());
         let extra = [("Refer-To", format!("<{target}>")), ("Referred-By", me)];

@@ -27,7 +27,7 @@
 //!
 //! ```
 //! use std::net::{IpAddr, Ipv4Addr};
-//! use sip_ua::sdp::{self, AnswerParams, Codec};
+//! use callgate::carrier::sip::ua::sdp::{self, AnswerParams, Codec};
 //!
 //! let offer = sdp::parse(
 //!     b"v=0\r\no=- 1 1 IN IP4 192.0.2.7\r\ns=-\r\nc=IN IP4 192.0.2.7\r\nt=0 0\r\n\
@@ -49,6 +49,7 @@
 //! ```
 
 mod answer;
+mod error;
 mod negotiate;
 mod parse;
 #[cfg(test)]
@@ -62,8 +63,9 @@ use std::fmt;
 use std::net::IpAddr;
 
 pub use answer::{AnswerParams, answer};
+pub use error::{MAX_ATTRIBUTES, MAX_BODY_BYTES, MAX_MEDIA, MAX_TOKEN_BYTES, SdpError};
 pub use negotiate::{Negotiated, NegotiationError, negotiate};
-pub use parse::{MAX_ATTRIBUTES, MAX_BODY_BYTES, MAX_MEDIA, MAX_TOKEN_BYTES, SdpError, parse};
+pub use parse::parse;
 
 /// An audio codec callgate can send and receive: G.711, 8000 Hz, mono.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -11,10 +11,10 @@ use std::time::Instant;
 
 use rsipstack::sip::HeadersExt as _;
 
-use crate::dialog::Dialog;
-use crate::txn::{Due, Retransmit};
-use crate::wire::{self, Framed, StartLine, WireError};
-use crate::{CallKey, Config, Event, Invite, Output, Peer, TxnKey};
+use crate::carrier::sip::ua::dialog::Dialog;
+use crate::carrier::sip::ua::txn::{Due, Retransmit};
+use crate::carrier::sip::ua::wire::{self, Framed, StartLine, WireError};
+use crate::carrier::sip::ua::{CallKey, Config, Event, Invite, Output, Peer, TxnKey};
 
 /// Methods callgate answers (the `Allow` header).
 pub const ALLOW: &str = "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO, NOTIFY, REFER";
@@ -313,7 +313,7 @@ impl Endpoint {
             return self.answer(req, from, 415, &extra, now);
         }
         self.answer(req, from, 200, &[], now);
-        if let Some(digit) = crate::dtmf_relay(&req.body) {
+        if let Some(digit) = crate::carrier::sip::ua::dtmf_relay(&req.body) {
             self.emit(Event::Dtmf { call, digit });
         }
     }
