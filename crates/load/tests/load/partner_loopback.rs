@@ -160,6 +160,12 @@ impl Session {
             reason: reason.to_string().into(),
         };
         let _ = self.ws.close(Some(frame)).await;
+        // The closing handshake: read (and drop) what the client still
+        // streams until its close answers ours. Dropping the socket with
+        // its frames unread would reset the connection, and the client
+        // could lose our last messages and the close frame with them.
+        let handshake = async { while let Some(Ok(_)) = self.ws.next().await {} };
+        let _ = tokio::time::timeout(Duration::from_secs(5), handshake).await;
     }
 }
 
