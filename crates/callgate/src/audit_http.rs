@@ -28,6 +28,9 @@ use crate::config::{Config, ms};
 /// Bound on writing one instance declaration off the drain path.
 const DECLARATION_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How many times the `draining` declaration is tried (about 36 s in all).
+const DRAINING_ATTEMPTS: u32 = 6;
+
 /// What a call may take beyond `call.max_duration_s` before it is "open
 /// too long": setup (the providers' and the ledger's open deadlines) and
 /// the goodbye prompt that ends a call at its maximum (the same allowance
@@ -121,9 +124,12 @@ pub async fn record_started(
     Ok(())
 }
 
-/// Records `draining`, stamped now, from a spawned task bounded by
-/// [`DECLARATION_TIMEOUT`]; never waits for it. Called after admission
-/// closed, so every call admitted before the stamp was admitted legally.
+/// Records `draining`, stamped now, from a spawned task; never waits for
+/// it. Each attempt is bounded by [`DECLARATION_TIMEOUT`]; a failed one is
+/// retried (the write is idempotent) up to [`DRAINING_ATTEMPTS`] times, so a
+/// database busy at the moment of the drain does not lose the declaration.
+/// Called after admission closed, so every call admitted before the stamp
+/// was admitted legally.
 pub fn record_draining(app: &App, detail: serde_json::Value) {
     let at = SystemTime::now();
     let store = app.call.store.clone();
@@ -132,12 +138,16 @@ pub fn record_draining(app: &App, detail: serde_json::Value) {
         return;
     };
     rt.spawn(async move {
-        let write = store.record_instance_event(InstanceEventKind::Draining, at, detail);
-        match tokio::time::timeout(DECLARATION_TIMEOUT, write).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => warn!(error = %e, "could not record the drain in instance_events"),
-            Err(_) => warn!("recording the drain in instance_events timed out"),
+        for attempt in 1..=DRAINING_ATTEMPTS {
+            let write = store.record_instance_event(InstanceEventKind::Draining, at, detail.clone());
+            match tokio::time::timeout(DECLARATION_TIMEOUT, write).await {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => warn!(attempt, error = %e, "could not record the drain in instance_events"),
+                Err(_) => warn!(attempt, "recording the drain in instance_events timed out"),
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
+        warn!("the drain's start is not recorded in instance_events: the database refused every attempt");
     });
 }
 

@@ -504,8 +504,11 @@ impl Store {
         at: SystemTime,
         detail: serde_json::Value,
     ) -> Result<(), StoreError> {
-        let sql =
-            "INSERT INTO instance_events (instance, at, kind, detail) VALUES ($1, $2, $3, $4)";
+        // Idempotent: a retry after a timed-out attempt that did land
+        // writes no second row for the same instant.
+        let sql = "INSERT INTO instance_events (instance, at, kind, detail) \
+            SELECT $1, $2, $3, $4 WHERE NOT EXISTS (SELECT 1 FROM instance_events \
+            WHERE instance = $1 AND at = $2 AND kind = $3)";
         let mut conn = self.pool().checkout().await?;
         conn.execute(
             "record_instance_event",
