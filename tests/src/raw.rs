@@ -126,6 +126,9 @@ impl RawCall {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Some(ServerMsg::Closed(c)) = self.recv(deadline - Instant::now()).await {
+                // One more read, as a client's read loop makes: it sends
+                // the answer to the server's close (the closing handshake).
+                let _ = tokio::time::timeout(Duration::from_secs(1), self.ws.next()).await;
                 return c;
             }
         }

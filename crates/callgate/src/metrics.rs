@@ -46,6 +46,12 @@ pub const MEDIA_IN: &str = "callgate_media_frames_received_total";
 pub const MEDIA_OUT: &str = "callgate_media_frames_sent_total";
 pub const MEDIA_OUT_DROPPED: &str = "callgate_media_frames_dropped_total";
 pub const PROTOCOL_ERRORS: &str = "callgate_carrier_protocol_errors_total";
+/// WebSocket closing handshakes, by `outcome`: `answered` (the peer's close
+/// came back), `peer_gone` (it closed or reset first), `timed_out` (no
+/// answer in time: the socket was dropped and reset), `skipped` (the writer
+/// was aborted, or a message over the transport cap left the stream
+/// unreadable).
+pub const WS_CLOSE_HANDSHAKES: &str = "callgate_ws_close_handshakes_total";
 pub const STALE_DROPPED: &str = "callgate_stale_events_dropped_total";
 pub const TOOL_CALLS: &str = "callgate_tool_calls_total";
 pub const TOOL_SECONDS: &str = "callgate_tool_call_seconds";

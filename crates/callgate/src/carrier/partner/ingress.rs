@@ -27,6 +27,7 @@ use super::resume::{self, Refusal};
 use crate::app::CallServices;
 use crate::call::labels::{Labels, Transport};
 use crate::call::setup::Arrival;
+use crate::carrier::ws;
 use crate::config::{Config, ms};
 use crate::leg::{Ingress, Leg};
 use crate::metrics as m;
@@ -112,11 +113,10 @@ pub async fn partner_stream(
             return (StatusCode::UNAUTHORIZED, e.message()).into_response();
         }
     };
-    // A 20 ms frame is at most 640 bytes; text messages are bounded by config.
-    let max = cfg.partner.max_message_bytes.max(4_096);
+    let cap = ws::transport_cap(message_limit(&cfg));
     let ws = ws
-        .max_message_size(max)
-        .max_frame_size(max)
+        .max_message_size(cap)
+        .max_frame_size(cap)
         .read_buffer_size(8 * 1024);
     if let Some(token) = headers.get(RESUME_HEADER) {
         return resume(&resumes, ws, token.to_str().unwrap_or(""), &partner);
@@ -187,7 +187,8 @@ async fn handle(
 ) {
     let cfg = app.cfg();
     let timeout = ms(cfg.partner.start_timeout_ms);
-    let (mut leg, start) = match PartnerLeg::accept(socket, timeout).await {
+    let limit = message_limit(&cfg);
+    let (mut leg, start) = match PartnerLeg::accept(socket, limit, timeout).await {
         Ok(x) => x,
         Err(e) => {
             warn!(partner = %partner, code = e.0.code(), error = %e.0, "partner stream closed before a call started");
@@ -230,6 +231,13 @@ async fn handle(
     crate::ingress::run(app, leg, arrival)
         .instrument(span)
         .await;
+}
+
+/// The largest message a partner connection accepts: text messages are
+/// bounded by config; a 20 ms audio frame is at most 640 bytes, so the
+/// limit never goes under 4 KiB.
+fn message_limit(cfg: &Config) -> usize {
+    cfg.partner.max_message_bytes.max(4_096)
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ use tracing::{info, warn};
 use super::gap::{Held, HeldOutput, Outstanding, ResumeTally};
 use super::resume::{self, ResumeRegistry, ResumeToken, TokenGuard};
 use super::wire::{self as wire, Inbound, WireError, WireFormat};
-use crate::carrier::ws::{self, Out, WsCodec, WsLink};
+use crate::carrier::ws::{self, Out, Oversize, ReadError, WsCodec, WsLink};
 use crate::leg::{Finish, Finished, Leg, LegEvent, LegFormat, LegStats, Violation};
 use crate::metrics as m;
 
@@ -51,6 +51,8 @@ pub struct PartnerLeg {
     socket: Socket,
     format: WireFormat,
     audio: bool,
+    /// The largest message accepted, in bytes (each connection's link).
+    limit: usize,
     /// Counters of connections already replaced.
     retired: LegStats,
     outstanding: Outstanding,
@@ -128,9 +130,10 @@ impl PartnerLeg {
     /// the partner gets an `error` message and the matching close.
     pub async fn accept(
         socket: WebSocket,
+        limit: usize,
         timeout: Duration,
     ) -> Result<(PartnerLeg, wire::Start), NoStart> {
-        let mut link = WsLink::new(socket, Codec::new(WireFormat::L16k16, false));
+        let mut link = WsLink::new(socket, Codec::new(WireFormat::L16k16, false), limit);
         let read = tokio::time::timeout(timeout, read_start(&mut link)).await;
         let err = match read {
             Ok(Ok(start)) => {
@@ -139,6 +142,7 @@ impl PartnerLeg {
                     socket: Socket::Live(link, None),
                     format: start.format,
                     audio: false,
+                    limit,
                     retired: LegStats::default(),
                     outstanding: Outstanding::default(),
                     resume: None,
@@ -286,7 +290,7 @@ impl PartnerLeg {
         };
         r.tally.taken_over(last_frame, now);
         let live = r.tally.live.enter();
-        let mut link = WsLink::new(a.socket, Codec::new(self.format, self.audio));
+        let mut link = WsLink::new(a.socket, Codec::new(self.format, self.audio), self.limit);
         r.reissue();
         let session = r.session.to_string();
         let text = match &r.token {
@@ -378,12 +382,12 @@ fn retire(into: &mut LegStats, s: LegStats) {
 
 async fn read_start(link: &mut WsLink<Codec>) -> Result<wire::Start, WireError> {
     loop {
-        let msg = match link.rx.next().await {
+        let msg = match link.next_message().await {
             None => return Err(WireError::unexpected("close", "socket closed before start")),
-            Some(Err(e)) if ws::is_too_long(&e) => {
-                return Err(WireError::MessageTooLarge { len: 0 });
+            Some(Err(ReadError::TooLarge(o))) => return Err(too_large(o)),
+            Some(Err(ReadError::Socket(e))) => {
+                return Err(WireError::unexpected("close", e.to_string()));
             }
-            Some(Err(e)) => return Err(WireError::unexpected("close", e.to_string())),
             Some(Ok(m)) => m,
         };
         match msg {
@@ -428,7 +432,17 @@ pub fn refuse_attach(a: Attach) {
             socket.send(Message::Text(msg.into())).await?;
             socket.send(close).await
         };
-        let _ = tokio::time::timeout(ws::SEND_TIMEOUT, send).await;
+        if tokio::time::timeout(ws::SEND_TIMEOUT, send).await.is_ok() {
+            // The closing handshake, as every link closes (see `ws`).
+            let answer = async {
+                while let Some(Ok(m)) = socket.next().await {
+                    if matches!(m, Message::Close(_)) {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(ws::CLOSE_HANDSHAKE, answer).await;
+        }
     });
 }
 
@@ -468,8 +482,8 @@ impl WsCodec for Codec {
         }
     }
 
-    fn too_long(&self) -> Violation {
-        violation(&WireError::MessageTooLarge { len: 0 })
+    fn too_large(&self, over: Oversize) -> Violation {
+        violation(&too_large(over))
     }
 }
 
@@ -480,6 +494,14 @@ fn event_name(i: &Inbound) -> &'static str {
         Inbound::Played(_) => "played",
         Inbound::Stop => "stop",
         Inbound::Unknown(_) => "unknown",
+    }
+}
+
+fn too_large(o: Oversize) -> WireError {
+    WireError::MessageTooLarge {
+        kind: o.kind.as_str(),
+        len: o.len,
+        max: o.limit,
     }
 }
 

@@ -125,9 +125,16 @@ pub enum Inbound {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum WireError {
-    /// A text message longer than [`MAX_TEXT_BYTES`].
-    #[error("text message of {len} bytes exceeds the {MAX_TEXT_BYTES}-byte limit")]
-    MessageTooLarge { len: usize },
+    /// A message over its limit: a text message longer than
+    /// [`MAX_TEXT_BYTES`] (or `partner.max_message_bytes`), a binary one
+    /// longer than that limit, or one the WebSocket layer refused unread.
+    #[error("{kind} message of {len} bytes exceeds the {max}-byte limit")]
+    MessageTooLarge {
+        /// `text`, `binary` or `WebSocket` (refused before it was read whole).
+        kind: &'static str,
+        len: usize,
+        max: usize,
+    },
     /// Not JSON, not an object, or no string `event`.
     #[error("invalid JSON: {detail}")]
     InvalidJson { detail: String },
@@ -199,7 +206,11 @@ impl WireError {
 /// [`WireError::UnsupportedFormat`]; never the frame or state errors.
 pub fn parse_text(text: &str) -> Result<Inbound, WireError> {
     if text.len() > MAX_TEXT_BYTES {
-        return Err(WireError::MessageTooLarge { len: text.len() });
+        return Err(WireError::MessageTooLarge {
+            kind: "text",
+            len: text.len(),
+            max: MAX_TEXT_BYTES,
+        });
     }
     let invalid = |detail: String| WireError::InvalidJson { detail };
     let value: Value = serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?;

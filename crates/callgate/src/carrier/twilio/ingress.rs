@@ -15,12 +15,13 @@ use axum::routing::get;
 use state_store::CallId;
 use tracing::{Instrument, info_span, warn};
 
-use super::leg::TwilioLeg;
+use super::leg::{Limits, TwilioLeg};
 use super::signature;
 use super::wire as twilio;
 use crate::app::CallServices;
 use crate::call::labels::{Labels, Transport};
 use crate::call::setup::Arrival;
+use crate::carrier::ws;
 use crate::config::ms;
 use crate::ingress::Refusal;
 use crate::leg::{Ingress, LegFormat};
@@ -71,8 +72,9 @@ pub async fn media_stream(
     // Carrier frames are ~300 bytes: an 8 KiB read buffer (tungstenite's
     // default is 128 KiB, zero-filled on every read) keeps thousands of
     // streams cheap in memory and CPU. Writes are flushed per batch.
-    ws.max_message_size(max)
-        .max_frame_size(max)
+    let cap = ws::transport_cap(max);
+    ws.max_message_size(cap)
+        .max_frame_size(cap)
         .read_buffer_size(8 * 1024)
         .on_upgrade(move |socket| async move {
             tracker.spawn(handle(app, socket)).await.ok();
@@ -99,7 +101,11 @@ fn signed_urls(public: Option<&str>, headers: &HeaderMap, uri: &Uri) -> Vec<Stri
 async fn handle(app: Arc<CallServices>, socket: axum::extract::ws::WebSocket) {
     let cfg = app.cfg();
     let timeout = ms(cfg.twilio.start_timeout_ms);
-    let accepted = TwilioLeg::accept(socket, cfg.twilio.max_media_payload_bytes, timeout).await;
+    let limits = Limits {
+        message: cfg.twilio.max_message_bytes,
+        payload: cfg.twilio.max_media_payload_bytes,
+    };
+    let accepted = TwilioLeg::accept(socket, limits, timeout).await;
     let (leg, start) = match accepted {
         Ok(x) => x,
         Err(why) => {

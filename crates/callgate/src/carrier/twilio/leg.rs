@@ -10,10 +10,9 @@
 use std::time::{Duration, Instant};
 
 use axum::extract::ws::{Message, WebSocket};
-use futures_util::StreamExt;
 
 use super::wire::{self as twilio, Inbound, WireError};
-use crate::carrier::ws::{self, Out, WsCodec, WsLink};
+use crate::carrier::ws::{self, Out, Oversize, ReadError, WsCodec, WsLink};
 use crate::leg::{Finish, Finished, Leg, LegEvent, LegFormat, LegStats, Violation};
 use media::transit::TransitDelta;
 
@@ -32,6 +31,15 @@ struct Codec {
     transit: TransitDelta,
 }
 
+/// The sizes a Twilio stream accepts, in bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// One WebSocket message (`twilio.max_message_bytes`).
+    pub message: usize,
+    /// One decoded `media` payload (`twilio.max_media_payload_bytes`).
+    pub payload: usize,
+}
+
 /// What happened instead of a `start`.
 #[derive(Debug)]
 pub struct NoStart(pub String);
@@ -42,17 +50,17 @@ impl TwilioLeg {
     /// closed with 1008 and the reason.
     pub async fn accept(
         socket: WebSocket,
-        max_payload: usize,
+        limits: Limits,
         timeout: Duration,
     ) -> Result<(TwilioLeg, twilio::Start), NoStart> {
         let codec = Codec {
             out: twilio::Outbound::new(""),
-            max_payload,
+            max_payload: limits.payload,
             audio: twilio::Audio::Discard,
             transit: TransitDelta::default(),
         };
         let mut leg = TwilioLeg {
-            link: WsLink::new(socket, codec),
+            link: WsLink::new(socket, codec, limits.message),
         };
         match tokio::time::timeout(timeout, leg.read_start()).await {
             Ok(Ok(start)) => {
@@ -73,18 +81,19 @@ impl TwilioLeg {
     }
 
     async fn read_start(&mut self) -> Result<twilio::Start, String> {
-        let codec = &self.link.codec;
         loop {
-            let Some(msg) = self.link.rx.next().await else {
+            let Some(msg) = self.link.next_message().await else {
                 return Err("socket closed".into());
             };
             let text = match msg {
+                Err(ReadError::TooLarge(o)) => return Err(too_large(o).to_string()),
+                Err(ReadError::Socket(e)) => return Err(format!("socket error: {e}")),
                 Ok(Message::Text(t)) => t,
                 Ok(Message::Ping(_) | Message::Pong(_)) => continue,
                 Ok(Message::Close(_)) => return Err("closed by carrier before start".into()),
                 Ok(Message::Binary(_)) => return Err("binary frame before start".into()),
-                Err(e) => return Err(format!("socket error: {e}")),
             };
+            let codec = &self.link.codec;
             match twilio::parse_with(text.as_str(), codec.max_payload, codec.audio) {
                 Ok(Inbound::Start(s)) => return Ok(s),
                 Ok(Inbound::Connected | Inbound::Unknown { .. }) => continue,
@@ -138,14 +147,22 @@ impl WsCodec for Codec {
         }
     }
 
-    fn too_long(&self) -> Violation {
-        violation(&WireError::MessageTooLarge)
+    fn too_large(&self, over: Oversize) -> Violation {
+        violation(&too_large(over))
     }
 }
 
 fn ignored(stats: &mut LegStats) -> Option<LegEvent> {
     stats.ignored_events += 1;
     None
+}
+
+fn too_large(o: Oversize) -> WireError {
+    WireError::MessageTooLarge {
+        kind: o.kind.as_str(),
+        len: o.len,
+        max: o.limit,
+    }
 }
 
 fn violation(e: &WireError) -> Violation {

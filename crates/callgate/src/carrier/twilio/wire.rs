@@ -91,8 +91,14 @@ pub enum WireError {
     InvalidBase64,
     #[error("media payload of {len} bytes exceeds the {max}-byte limit")]
     PayloadTooLarge { len: usize, max: usize },
-    #[error("WebSocket message larger than the configured limit")]
-    MessageTooLarge,
+    /// A message over `twilio.max_message_bytes` (`kind` is `text`,
+    /// `binary`, or `WebSocket` when refused before it was read whole).
+    #[error("{kind} message of {len} bytes exceeds the {max}-byte limit")]
+    MessageTooLarge {
+        kind: &'static str,
+        len: usize,
+        max: usize,
+    },
     #[error("binary frame (media streams send JSON text)")]
     BinaryFrame,
 }
@@ -105,7 +111,7 @@ impl WireError {
             WireError::MissingBody { .. } => "missing_body",
             WireError::InvalidBase64 => "invalid_base64",
             WireError::PayloadTooLarge { .. } => "payload_too_large",
-            WireError::MessageTooLarge => "message_too_large",
+            WireError::MessageTooLarge { .. } => "message_too_large",
             WireError::BinaryFrame => "binary_frame",
         }
     }

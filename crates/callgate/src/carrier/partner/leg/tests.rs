@@ -69,7 +69,7 @@ async fn leg(
     let (socket, mut client) = s.pair().await;
     let start = r#"{"event":"start","call_id":"c-1","content-type":"audio/pcmu;rate=8000"}"#;
     client.send(C::Text(start.into())).await.unwrap();
-    let (mut leg, _) = PartnerLeg::accept(socket, BOUND).await.unwrap();
+    let (mut leg, _) = PartnerLeg::accept(socket, 16 * 1024, BOUND).await.unwrap();
     leg.resumable(Arc::clone(reg), CallId::new_random(), acme(), window);
     leg.started("sid-1");
     leg.want_audio();

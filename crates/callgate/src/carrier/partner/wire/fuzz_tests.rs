@@ -75,7 +75,12 @@ pub fn check_text(text: &str) {
         check_error(err);
     }
     if text.len() > MAX_TEXT_BYTES {
-        assert_eq!(result, Err(WireError::MessageTooLarge { len: text.len() }));
+        let over = WireError::MessageTooLarge {
+            kind: "text",
+            len: text.len(),
+            max: MAX_TEXT_BYTES,
+        };
+        assert_eq!(result, Err(over));
         return;
     }
     // Read independently: an object with a string `event`, or invalid JSON.

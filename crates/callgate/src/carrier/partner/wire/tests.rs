@@ -282,7 +282,9 @@ fn text_over_16_kib_is_too_large_before_parsing() {
     assert_eq!(
         parse_text(&over),
         Err(WireError::MessageTooLarge {
-            len: MAX_TEXT_BYTES + 1
+            kind: "text",
+            len: MAX_TEXT_BYTES + 1,
+            max: MAX_TEXT_BYTES,
         })
     );
     // Even garbage is only measured.
@@ -320,7 +322,11 @@ fn frames_must_be_exactly_20_ms() {
 fn every_error_has_its_code_and_close_code() {
     let cases = [
         (
-            WireError::MessageTooLarge { len: 1 },
+            WireError::MessageTooLarge {
+                kind: "binary",
+                len: 65_536,
+                max: 16_384,
+            },
             "message_too_large",
             1008,
         ),

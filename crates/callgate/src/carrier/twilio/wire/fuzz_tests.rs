@@ -84,7 +84,7 @@ pub fn check_parse(text: &str, max: usize) {
                 "reported {len} bytes against a {max}-byte limit"
             );
         }
-        Err(e @ (WireError::MessageTooLarge | WireError::BinaryFrame)) => {
+        Err(e @ (WireError::MessageTooLarge { .. } | WireError::BinaryFrame)) => {
             panic!("the text parser never reports {e:?}")
         }
         _ => {}
