@@ -117,6 +117,16 @@ async fn a_streaming_partner_gets_the_error_and_the_close_for_every_oversized_me
         if in_call {
             partner_raw::start(&mut ws, &format!("stream-{i}")).await;
             partner_raw::started(&mut ws).await;
+            // Live: admitted and set up once the greeting's audio comes.
+            let greeting = async {
+                while let Some(Ok(m)) = ws.next().await {
+                    if m.is_binary() {
+                        return;
+                    }
+                }
+                panic!("try {i}: closed before the greeting");
+            };
+            tokio::time::timeout(T, greeting).await.expect("a greeting");
         }
         let (sink, mut rx) = ws.split();
         let streamer = stream(sink, big, partner_audio);
