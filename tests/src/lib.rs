@@ -220,6 +220,20 @@ impl Harness {
     }
 
     /// Raw event kinds of a call, in order.
+    /// The details of the call's `kind` events, in order.
+    pub async fn event_details(&self, call_id: uuid::Uuid, kind: &str) -> Vec<serde_json::Value> {
+        self.db
+            .query(
+                "SELECT detail FROM call_events WHERE call_id = $1 AND kind = $2 ORDER BY seq",
+                &[&call_id, &kind],
+            )
+            .await
+            .expect("query call_events")
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
     pub async fn event_kinds(&self, call_id: uuid::Uuid) -> Vec<String> {
         self.db
             .query(

@@ -124,3 +124,30 @@ async fn an_stt_stream_that_dies_mid_call_and_stays_down_ends_in_a_spoken_transf
     h.assert_all_closed().await;
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pressing_zero_reaches_the_dialog_service_and_transfers_the_call() {
+    use callgate_tests::raw::{RawCall, ServerMsg};
+    let h = Harness::start(SimConfig::default(), |_| {}).await;
+    let mut c = RawCall::connect(&h.ws_url()).await;
+    c.start().await;
+    let t = std::time::Duration::from_secs(15);
+    while !matches!(c.recv(t).await, Some(ServerMsg::Media(_))) {}
+    let dtmf = serde_json::json!({"event": "dtmf", "streamSid": c.stream_sid,
+        "dtmf": {"track": "inbound_track", "digit": "0"}});
+    c.send_text(dtmf.to_string()).await;
+    // The simulated bot escalates on 0: the transfer prompt, then the
+    // stream closes so Twilio runs the TwiML's next verb.
+    let close = c.until_closed(t).await;
+    assert_eq!(close.map(|c| c.0), Some(1000));
+    let ledger = h.closed_ledger(&c.call_sid).await;
+    assert_eq!(
+        ledger.end_reason.as_deref(),
+        Some("transferred:caller_requested_human")
+    );
+    let digits = h.event_details(ledger.call_id, "dtmf").await;
+    assert_eq!(digits, [serde_json::json!({"digit": "0"})]);
+    assert_eq!(ledger.stats["interaction"]["dtmf_digits"], 1);
+    h.assert_all_closed().await;
+    h.stop().await;
+}

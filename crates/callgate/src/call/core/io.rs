@@ -140,6 +140,9 @@ pub struct Interaction {
     pub stale_dialog_events: u64,
     pub stale_tts_audio_chunks: u64,
     pub max_reply_latency_ms: u64,
+    /// DTMF digits the leg delivered (each is also a `dtmf` timeline event
+    /// naming the digit).
+    pub dtmf_digits: u64,
 }
 
 /// Something the core counted or measured. The shell turns each into its

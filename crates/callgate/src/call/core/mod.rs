@@ -350,7 +350,9 @@ impl CallCore {
                 if self.links.dialog {
                     self.push(Command::DialogDtmf(digit));
                 }
-                self.event("dtmf", serde_json::json!({}), now);
+                self.interaction.dtmf_digits += 1;
+                let detail = serde_json::json!({ "digit": digit.to_string() });
+                self.event("dtmf", detail, now);
             }
             LegEvent::Played(name) => self.on_played(&name, now),
             LegEvent::Hangup => self.peer_left(End::new(EndReason::CallerHangup, now)),

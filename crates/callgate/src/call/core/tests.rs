@@ -679,3 +679,25 @@ fn a_detached_carrier_is_held_not_stalled_and_attached_again_owes_media() {
     s.step(Input::Tick);
     assert_eq!(s.end().reason, EndReason::MediaStalled);
 }
+
+#[test]
+fn each_dtmf_digit_is_named_in_the_timeline_and_counted() {
+    let mut s = Sim::new(config(LegFormat::Mulaw8k));
+    let mut cmds = s.step(Input::Leg(LegEvent::Dtmf('5')));
+    cmds.extend(s.step(Input::Leg(LegEvent::Dtmf('#'))));
+    let digits: Vec<&serde_json::Value> = cmds
+        .iter()
+        .filter_map(|c| match c {
+            Command::Record(Rec::Event { kind, detail, .. }) if kind == "dtmf" => Some(detail),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        digits,
+        [
+            &serde_json::json!({"digit": "5"}),
+            &serde_json::json!({"digit": "#"})
+        ]
+    );
+    assert_eq!(s.core.interaction().dtmf_digits, 2);
+}
