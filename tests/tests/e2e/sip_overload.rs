@@ -34,7 +34,6 @@ async fn spike(policy: SipOverflow) -> (callgate_tests::Harness, SippOutcome) {
         rate: Some(OFFERED),
         limit: Some(OFFERED),
         timeout: Duration::from_secs(120),
-        trace_msg: false,
         ..SippOpts::default()
     }
     .var("hold_ms", "1500");
@@ -49,6 +48,15 @@ async fn spike(policy: SipOverflow) -> (callgate_tests::Harness, SippOutcome) {
         "no call hung or failed: {out}"
     );
     (h, out)
+}
+
+/// Every refusal carries Q.850 34 (no circuit available: the queue was
+/// full) with callgate's reason, in its 503/302 or in the BYE after REFER.
+fn assert_refusals_say_congestion(out: &SippOutcome) {
+    let reason = "Reason: Q.850;cause=34;text=\"queue_full\"";
+    let n = out.messages.matches(reason).count();
+    assert_eq!(n, (OFFERED - CAPACITY) as usize, "{reason}");
+    assert!(!out.messages.contains("cause=16;text=\"queue_full\""));
 }
 
 /// The admitted calls' ledger rows: served, closed by the caller's BYE.
@@ -94,6 +102,7 @@ async fn refused_calls_get_503_with_retry_after() {
         "{rejected:?}"
     );
     assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_refusals_say_congestion(&out);
     assert_served(&h).await;
     let metrics = h.metrics_text().await;
     assert!(
@@ -113,6 +122,7 @@ async fn refused_calls_are_redirected_to_the_human_queue() {
         "{rejected:?}"
     );
     assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_refusals_say_congestion(&out);
     assert_served(&h).await;
 }
 
@@ -127,6 +137,7 @@ async fn refused_calls_hear_the_prompt_then_are_referred() {
         "{out}"
     );
     assert!(out.rejected_by_code().is_empty(), "{out}");
+    assert_refusals_say_congestion(&out);
     assert_served(&h).await;
     let metrics = h.metrics_text().await;
     let heard = metrics.lines().find(|l| {

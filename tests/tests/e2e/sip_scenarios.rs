@@ -57,6 +57,29 @@ fn longest_gap(out: &SippOutcome) -> Duration {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_call_hears_ringing_at_once() {
+    // No slot and a queue: the INVITE waits, and the carrier hears 180
+    // Ringing within 100 ms (the scenario fails the call otherwise).
+    let h = sip::start(SimConfig::default(), |c| {
+        c.admission.max_concurrent_calls = callgate::config::MaxCalls::Pinned(0);
+        c.admission.queue_max = 10;
+        c.admission.queue_timeout_ms = 20_000;
+    })
+    .await;
+    run(&h, "queued_ringing.xml", opts(20)).await;
+    let metrics = h.metrics_text().await;
+    assert!(
+        metrics.contains("callgate_sip_responses_total{code=\"180\"} 1"),
+        "{metrics}"
+    );
+    assert_eq!(
+        sip::refusals(&h, 1).await,
+        vec!["caller_abandoned".to_string()]
+    );
+    sip::assert_all_free(&h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_before_the_answer_is_487_and_leaves_nothing() {
     // Room for no one, and a queue: the INVITE waits, so the CANCEL
     // always comes before any answer.
@@ -113,7 +136,7 @@ async fn callgate_sends_bye_when_the_bot_ends_the_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_peer_whose_rtp_stops_without_bye_is_hung_up_by_rtp_timeout() {
-    let (h, _, l) = one_call(
+    let (h, out, l) = one_call(
         SimConfig::default(),
         |c| c.sip.rtp_timeout_ms = 2_000,
         "rtp_stop.xml",
@@ -137,6 +160,28 @@ async fn a_peer_whose_rtp_stops_without_bye_is_hung_up_by_rtp_timeout() {
             .await
             .contains("callgate_rtp_timeouts_total 1")
     );
+    // A timer ended it: Q.850 102, not normal clearing.
+    let reason = "Reason: Q.850;cause=102;text=\"rtp_timeout\"";
+    assert!(out.messages.contains(reason), "{}", out.messages);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_maximum_duration_ends_the_call_with_a_timer_cause() {
+    let (_, out, l) = one_call(
+        SimConfig::default(),
+        |c| c.call.max_duration_s = 4,
+        "bye_from_server.xml",
+        opts(60),
+    )
+    .await;
+    assert_eq!(
+        l.end_reason.as_deref(),
+        Some("max_duration"),
+        "{:#}",
+        l.stats
+    );
+    let reason = "Reason: Q.850;cause=102;text=\"max_duration\"";
+    assert!(out.messages.contains(reason), "{}", out.messages);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -219,6 +264,11 @@ async fn rfc4733_digits_reach_the_call_once_each() {
         "{:#}",
         l.stats
     );
+    // The timeline names each digit; the receipt counts them.
+    let named: Vec<serde_json::Value> = h.event_details(l.call_id, "dtmf").await;
+    let named: Vec<&str> = named.iter().filter_map(|d| d["digit"].as_str()).collect();
+    assert_eq!(named, ["1", "2", "3", "#"]);
+    assert_eq!(l.stats["interaction"]["dtmf_digits"], 4, "{:#}", l.stats);
     assert_eq!(l.end_reason.as_deref(), Some("caller_hangup"));
 }
 
@@ -232,6 +282,9 @@ async fn an_info_digit_reaches_the_call() {
         1,
         "{kinds:?}"
     );
+    let named = h.event_details(l.call_id, "dtmf").await;
+    assert_eq!(named, [serde_json::json!({"digit": "5"})]);
+    assert_eq!(l.stats["interaction"]["dtmf_digits"], 1, "{:#}", l.stats);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

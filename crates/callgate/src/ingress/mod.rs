@@ -120,6 +120,9 @@ async fn wait_admission(app: &CallServices, leg: &mut impl Leg, arrival: &Arriva
         Err(r) => return Admission::Rejected(r),
     };
     let deadline = ticket.deadline();
+    if !ticket.is_granted() {
+        leg.queued();
+    }
     // A leg without media yet (SIP before its answer) has nothing to play
     // hold audio on.
     let mut hold = (!ticket.is_granted() && leg.has_media()).then(|| Hold::start(leg.format()));

@@ -222,6 +222,13 @@ pub trait Leg: Send + 'static {
         std::future::ready(Ok(()))
     }
 
+    /// The call waits in the admission queue (called once, when it is not
+    /// admitted at once). A leg whose signalling can say so does: a SIP leg
+    /// sends `180 Ringing`, so the caller hears ringback and a carrier
+    /// waiting for an 18x does not fail over. Legs with media hear hold
+    /// audio instead and do nothing here.
+    fn queued(&mut self) {}
+
     /// Whether a refused caller hears the overflow prompt on this leg
     /// before it is finished. A SIP leg under `sip.overflow = "reject"` or
     /// `"redirect"` answers `503`/`302` at once instead: it has no media to

@@ -208,6 +208,7 @@ impl Server {
         let now = Instant::now();
         let ep = &mut self.endpoint;
         let done = match cmd {
+            Command::Ringing => ep.ringing(call),
             Command::Accept(sdp) => ep.accept(call, &sdp, now),
             Command::Reject(code, headers) => ep.reject(call, code, &headers, now),
             Command::AnswerReinvite(txn, answer) => {

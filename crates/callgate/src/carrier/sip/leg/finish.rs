@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use super::{Command, Signal, SipLeg, reason_header};
+use super::q850::{self, reason_header};
+use super::{Command, Signal, SipLeg};
 use crate::config::SipOverflow;
 use crate::leg::{Cause, Finish, Finished};
 
@@ -21,7 +22,7 @@ pub(super) async fn finish(mut leg: SipLeg, how: Finish, bound: Duration) -> Fin
             Finish::Release => false,
             Finish::Hangup(cause) => !bye(&mut leg, Some(reason_header(&cause)), deadline).await,
             Finish::Refuse(v) => {
-                let cause = format!("Q.850;cause=111;text=\"{}\"", v.kind);
+                let cause = q850::header(q850::PROTOCOL_ERROR, v.kind);
                 !bye(&mut leg, Some(cause), deadline).await
             }
             Finish::Transfer { target, cause } => transfer(&mut leg, target, &cause, bound).await,

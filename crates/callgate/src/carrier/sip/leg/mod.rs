@@ -17,6 +17,7 @@ pub mod media;
 #[cfg(test)]
 mod media_tests;
 pub mod ports;
+pub mod q850;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -28,7 +29,7 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 
 use crate::config::{SipConfig, SipOverflow};
-use crate::leg::{Cause, Finish, Finished, Leg, LegEvent, LegFormat, LegStats};
+use crate::leg::{Finish, Finished, Leg, LegEvent, LegFormat, LegStats};
 use ports::RtpPorts;
 
 /// The codecs `sip.codecs` lists, as SDP codecs, in its order of
@@ -67,6 +68,8 @@ pub enum Signal {
 /// From a call to the SIP server task.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Command {
+    /// `180 Ringing` while the call is queued.
+    Ringing,
     Accept(Vec<u8>),
     Reject(u16, Headers),
     AnswerReinvite(TxnKey, Result<Vec<u8>, (u16, Headers)>),
@@ -382,6 +385,10 @@ impl Leg for SipLeg {
         self.media.is_some()
     }
 
+    fn queued(&mut self) {
+        self.link.send(Command::Ringing);
+    }
+
     async fn finish(self, how: Finish, bound: Duration) -> Finished {
         finish::finish(self, how, bound).await
     }
@@ -399,12 +406,6 @@ impl SipLeg {
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// The SIP `Reason` of a hang-up: Q.850 16 (normal clearing) with
-/// callgate's reason as text.
-fn reason_header(cause: &Cause) -> String {
-    format!("Q.850;cause=16;text=\"{}\"", cause.wire().replace('"', "'"))
 }
 
 #[cfg(test)]

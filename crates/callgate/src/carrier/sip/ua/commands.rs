@@ -63,7 +63,10 @@ impl Endpoint {
                 "Allow",
                 crate::carrier::sip::ua::endpoint::ALLOW.to_string(),
             ),
-            ("Supported", "replaces".to_string()),
+            // No extension is supported: callgate does not take Replaces,
+            // 100rel, timers or any other option tag (RFC 3261 §20.37
+            // allows the empty list).
+            ("Supported", String::new()),
             ("Server", server),
         ]);
         let body = Some(("application/sdp", sdp));
@@ -182,8 +185,15 @@ impl Endpoint {
         now: Instant,
     ) -> Result<(), CommandError> {
         let (req, from, _) = self.asks.remove(&txn).ok_or(CommandError::NoRequest)?;
+        // RFC 3261 §11.2: what an INVITE may carry — bodies, their
+        // encodings and languages — and the extensions taken (none).
         let mut headers = extra.to_vec();
-        headers.push(("Accept", "application/sdp".to_string()));
+        headers.extend([
+            ("Accept", "application/sdp".to_string()),
+            ("Accept-Encoding", "identity".to_string()),
+            ("Accept-Language", "en".to_string()),
+            ("Supported", String::new()),
+        ]);
         self.answer(&req, from, code, &headers, now);
         Ok(())
     }

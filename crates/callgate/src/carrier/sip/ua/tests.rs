@@ -407,3 +407,40 @@ fn cancel_after_the_answer_and_bye_before_the_ack() {
     ep.release(call, t0);
     assert_eq!(ep.calls(), 0);
 }
+
+#[test]
+fn options_200_says_what_an_invite_may_carry_and_the_answer_no_extension() {
+    let (mut ep, t0) = (endpoint(), Instant::now());
+    let opts = invite("z9hG4bKq", "q1")
+        .replace("CSeq: 1 INVITE", "CSeq: 1 OPTIONS")
+        .replacen("INVITE sip", "OPTIONS sip", 1);
+    ep.receive(opts.as_bytes(), peer(), t0);
+    let Event::Options { txn } = drain(&mut ep).1[0] else {
+        panic!()
+    };
+    ep.answer_options(txn, 200, &[], t0).unwrap();
+    let sent = drain(&mut ep).0.remove(0);
+    for header in [
+        "Allow: ",
+        "Accept: application/sdp\r\n",
+        "Accept-Encoding: identity\r\n",
+        "Accept-Language: en\r\n",
+        "\r\nSupported:\r\n",
+    ] {
+        assert!(sent.contains(header), "{header:?} in {sent}");
+    }
+    // Our own strict framer takes what we send.
+    assert!(wire::frame(sent.as_bytes(), 16 * 1024).is_ok(), "{sent}");
+
+    // The INVITE's 200 advertises no extension either (no Replaces).
+    ep.receive(invite("z9hG4bKr", "r1").as_bytes(), peer(), t0);
+    let Event::Invite { call, .. } = drain(&mut ep).1[0].clone() else {
+        panic!()
+    };
+    ep.accept(call, b"v=0\r\n", t0).unwrap();
+    let ok = drain(&mut ep).0.remove(0);
+    assert!(
+        ok.contains("\r\nSupported:\r\n") && !ok.contains("replaces"),
+        "{ok}"
+    );
+}

@@ -364,7 +364,12 @@ pub fn response(
 /// Appends `extra` headers, `Content-Type`/`Content-Length` and the body.
 pub fn finish(mut s: String, extra: &[(&str, String)], body: Option<(&str, &[u8])>) -> Vec<u8> {
     for (n, v) in extra {
-        let _ = write!(s, "{n}: {v}\r\n");
+        // An empty list (`Supported:`) is written without a trailing blank.
+        let _ = if v.is_empty() {
+            write!(s, "{n}:\r\n")
+        } else {
+            write!(s, "{n}: {v}\r\n")
+        };
     }
     let body = match body {
         Some((ctype, b)) => {
