@@ -290,7 +290,23 @@ async fn an_info_digit_reaches_the_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn options_is_200_while_serving_and_503_after_a_drain() {
     let h = sip::start(SimConfig::default(), |_| {}).await;
-    run(&h, "options_200.xml", opts(10)).await;
+    let out = run(&h, "options_200.xml", opts(10)).await;
+    // RFC 3261 §11.2: what an INVITE may carry, and the extensions taken
+    // (none: an empty Supported).
+    for header in [
+        "Allow: INVITE",
+        "Accept: application/sdp",
+        "Accept-Encoding: identity",
+        "Accept-Language: en",
+    ] {
+        assert!(
+            out.messages.contains(header),
+            "{header:?}: {}",
+            out.messages
+        );
+    }
+    let empty_supported = out.messages.lines().any(|l| l.trim_end() == "Supported:");
+    assert!(empty_supported, "{}", out.messages);
     callgate_tests::drain(&h.server).await;
     run(&h, "options_503.xml", opts(10)).await;
     // A new INVITE follows the rejection policy (503 by default).

@@ -272,10 +272,13 @@ impl PartnerLeg {
         let last_frame = match std::mem::replace(&mut self.socket, Socket::Ended) {
             Socket::Live(mut link, live) => {
                 link.send(Out::Text(wire::superseded("resumed_elsewhere")), false);
-                link.send(Out::Close(1000, "superseded".into()), false);
                 let last = link.codec.last_frame;
                 retire(&mut self.retired, link.stats);
-                drop((link, live));
+                drop(live);
+                // Closed on its own task, with the closing handshake, so an
+                // old connection still streaming gets `superseded` and the
+                // close instead of a reset; the call does not wait for it.
+                tokio::spawn(link.close(1000, "superseded", ws::SEND_TIMEOUT));
                 r.tally.superseded += 1;
                 last
             }
