@@ -287,16 +287,22 @@ fn our_bye_is_resent_until_answered_and_times_out_otherwise() {
     assert_eq!(ep.next_deadline(), None, "nothing left behind");
 }
 
-#[test]
-fn out_of_dialog_requests_get_their_codes() {
-    let (mut ep, t0) = (endpoint(), Instant::now());
-    let opts = invite("z9hG4bKo", "o1")
+/// Feeds an out-of-dialog OPTIONS; the transaction waiting for its answer.
+fn options(ep: &mut Endpoint, branch: &str, t0: Instant) -> TxnKey {
+    let opts = invite(branch, &format!("opt-{branch}"))
         .replace("CSeq: 1 INVITE", "CSeq: 1 OPTIONS")
         .replacen("INVITE sip", "OPTIONS sip", 1);
     ep.receive(opts.as_bytes(), peer(), t0);
-    let Event::Options { txn } = drain(&mut ep).1[0] else {
-        panic!()
+    let Event::Options { txn } = drain(ep).1[0] else {
+        panic!("not an OPTIONS event")
     };
+    txn
+}
+
+#[test]
+fn out_of_dialog_requests_get_their_codes() {
+    let (mut ep, t0) = (endpoint(), Instant::now());
+    let txn = options(&mut ep, "z9hG4bKo", t0);
     ep.answer_options(txn, 503, &[("Retry-After", "10".into())], t0)
         .unwrap();
     let sent = drain(&mut ep).0;
@@ -411,13 +417,7 @@ fn cancel_after_the_answer_and_bye_before_the_ack() {
 #[test]
 fn options_200_says_what_an_invite_may_carry_and_the_answer_no_extension() {
     let (mut ep, t0) = (endpoint(), Instant::now());
-    let opts = invite("z9hG4bKq", "q1")
-        .replace("CSeq: 1 INVITE", "CSeq: 1 OPTIONS")
-        .replacen("INVITE sip", "OPTIONS sip", 1);
-    ep.receive(opts.as_bytes(), peer(), t0);
-    let Event::Options { txn } = drain(&mut ep).1[0] else {
-        panic!()
-    };
+    let txn = options(&mut ep, "z9hG4bKq", t0);
     ep.answer_options(txn, 200, &[], t0).unwrap();
     let sent = drain(&mut ep).0.remove(0);
     for header in [

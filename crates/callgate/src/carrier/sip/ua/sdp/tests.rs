@@ -15,41 +15,11 @@ m=audio 6000 RTP/AVP 0\r\n\
 a=rtpmap:0 PCMU/8000\r\n";
 
 /// Asterisk (chan_pjsip), ulaw/alaw/gsm allowed, RFC 4733 DTMF.
-pub(super) const ASTERISK: &str = "v=0\r\n\
-o=- 1707301563 1707301563 IN IP4 192.0.2.10\r\n\
-s=Asterisk\r\n\
-c=IN IP4 192.0.2.10\r\n\
-t=0 0\r\n\
-m=audio 10000 RTP/AVP 0 8 3 101\r\n\
-a=rtpmap:0 PCMU/8000\r\n\
-a=rtpmap:8 PCMA/8000\r\n\
-a=rtpmap:3 GSM/8000\r\n\
-a=rtpmap:101 telephone-event/8000\r\n\
-a=fmtp:101 0-16\r\n\
-a=ptime:20\r\n\
-a=maxptime:150\r\n\
-a=sendrecv\r\n";
+pub(super) const ASTERISK: &str = include_str!("offers/asterisk.sdp");
 
 /// FreeSWITCH with its default codec list: opus first, two
 /// telephone-events, comfort noise, and an explicit RTCP address.
-const FREESWITCH: &str = "v=0\r\n\
-o=FreeSWITCH 1707290000 1707290001 IN IP4 198.51.100.20\r\n\
-s=FreeSWITCH\r\n\
-c=IN IP4 198.51.100.20\r\n\
-t=0 0\r\n\
-m=audio 24680 RTP/AVP 102 9 0 8 103 101 13\r\n\
-a=rtpmap:102 opus/48000/2\r\n\
-a=fmtp:102 useinbandfec=1; maxaveragebitrate=30000; maxplaybackrate=48000; ptime=20; minptime=10; maxptime=40\r\n\
-a=rtpmap:9 G722/8000\r\n\
-a=rtpmap:0 PCMU/8000\r\n\
-a=rtpmap:8 PCMA/8000\r\n\
-a=rtpmap:103 telephone-event/48000\r\n\
-a=fmtp:103 0-16\r\n\
-a=rtpmap:101 telephone-event/8000\r\n\
-a=fmtp:101 0-16\r\n\
-a=rtpmap:13 CN/8000\r\n\
-a=ptime:20\r\n\
-a=rtcp:24690 IN IP4 198.51.100.21\r\n";
+const FREESWITCH: &str = include_str!("offers/freeswitch.sdp");
 
 /// Kamailio with rtpengine in front of a carrier: PCMA first, rtcp-mux
 /// offered, an `a=rtcp` that mux makes moot.
