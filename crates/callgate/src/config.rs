@@ -568,6 +568,12 @@ impl Config {
         if self.tts.keepalive_ms == 0 {
             return bad("tts.keepalive_ms must be positive");
         }
+        if self.tts.provider == tts_client::Provider::Cartesia && !is_uuid(&self.tts.voice_id) {
+            return Err(ConfigError::Invalid(format!(
+                "tts.voice_id {:?} is not a Cartesia voice id (a UUID); with tts.provider = \"cartesia\" set the voice to one of your Cartesia voices",
+                self.tts.voice_id
+            )));
+        }
         self.call
             .barge_in
             .validate()
@@ -621,6 +627,15 @@ impl Config {
 /// Milliseconds as a `Duration`.
 pub fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
+}
+
+/// `8-4-4-4-12` hex digits: the shape of a Cartesia voice id.
+fn is_uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && groups
+            .iter()
+            .all(|g| g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 #[cfg(test)]
@@ -681,5 +696,20 @@ mod tests {
         cfg.database.writers = cfg.database.pool_size;
         let e = cfg.validate().unwrap_err().to_string();
         assert!(e.contains("database.writers"), "{e}");
+    }
+
+    #[test]
+    fn cartesia_needs_a_cartesia_voice_not_the_elevenlabs_default() {
+        let mut cfg = Config::default();
+        cfg.tts.provider = tts_client::Provider::Cartesia;
+        let e = cfg.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("tts.voice_id") && e.contains("21m00Tcm4TlvDq8ikWAM"),
+            "{e}"
+        );
+        cfg.tts.voice_id = "a0e99841-438c-4a64-b679-ae501e7d6091".into();
+        cfg.validate().unwrap();
+        assert!(!is_uuid("a0e99841-438c-4a64-b679-ae501e7d609"));
+        assert!(!is_uuid("a0e99841-438c-4a64-b679-ae501e7d609g"));
     }
 }

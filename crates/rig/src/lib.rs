@@ -78,12 +78,17 @@ pub fn server_config(sims: &SimAddrs, conninfo: &str, instance: &str) -> Config 
 }
 
 /// After a tweak chose `tts.provider = "cartesia"` and left the TTS URL on
-/// the ElevenLabs simulator, points it at the Cartesia simulator instead:
-/// choosing the vendor is all a test or the demo has to say.
+/// the ElevenLabs simulator, points it at the Cartesia simulator instead,
+/// and swaps the default ElevenLabs voice for a voice of the simulated
+/// Cartesia account: choosing the vendor is all a test or the demo has
+/// to say.
 pub fn aim_tts(cfg: &mut Config, sims: &SimAddrs) {
     let elevenlabs = format!("ws://{}", sims.tts);
     if cfg.tts.provider == tts_client::Provider::Cartesia && cfg.tts.base_url == elevenlabs {
         cfg.tts.base_url = format!("ws://{}", sims.cartesia);
+        if cfg.tts.voice_id == callgate::config::TtsSection::default().voice_id {
+            cfg.tts.voice_id = callgate_sim::cartesia::LIBRARY_VOICES[1].to_owned();
+        }
     }
 }
 

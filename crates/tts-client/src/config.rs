@@ -8,9 +8,10 @@ use reconnect::ReconnectPolicy;
 
 use crate::error::TtsError;
 
-/// Cartesia API version sent as `Cartesia-Version` (one of the dates the
-/// Cartesia docs list: 2024-06-10, 2024-11-13, 2025-04-16, 2026-03-01).
-pub const DEFAULT_CARTESIA_VERSION: &str = "2025-04-16";
+/// Cartesia API version sent as `Cartesia-Version`: the newest, the one
+/// the official SDK (4.2) sends. Older dates still work (Cartesia keeps
+/// every version's fields); errors are structured from 2026-03-01 on.
+pub const DEFAULT_CARTESIA_VERSION: &str = "2026-08-14";
 
 /// Which wire protocol a session speaks.
 #[derive(
@@ -113,8 +114,8 @@ pub struct TtsConfig {
     pub voice_id: String,
     /// ElevenLabs `model_id` query value, or Cartesia `model_id` field.
     pub model_id: String,
-    /// Sent as `xi-api-key` (ElevenLabs) or `X-API-Key` (Cartesia) on the
-    /// upgrade.
+    /// Sent as `xi-api-key` (ElevenLabs) or `Authorization: Bearer`
+    /// (Cartesia) on the upgrade.
     pub api_key: Option<String>,
     /// `Cartesia-Version` header (Cartesia only).
     pub cartesia_version: String,

@@ -19,8 +19,20 @@ async fn a_call_is_heard_answered_recorded_and_closed_with_cartesia() {
     one_call(tts_client::Provider::Cartesia).await;
 }
 
+/// The key both sides hold; the simulators check it only for Cartesia
+/// (on the current API version, as `Authorization: Bearer`).
+const CARTESIA_KEY: &str = "sk_car_e2e";
+
 async fn one_call(provider: tts_client::Provider) {
-    let h = Harness::start(SimConfig::default(), |c| c.tts.provider = provider).await;
+    let mut sims = SimConfig::default();
+    sims.cartesia.api_key = Some(CARTESIA_KEY.into());
+    let h = Harness::start(sims, |c| {
+        c.tts.provider = provider;
+        if provider == tts_client::Provider::Cartesia {
+            c.tts.api_key = Some(CARTESIA_KEY.into());
+        }
+    })
+    .await;
 
     let report = callgate_load::run(load(&h, 1, 3)).await;
     let call = &report.calls[0];
@@ -41,6 +53,13 @@ async fn one_call(provider: tts_client::Provider) {
             let cartesia = h.sims.cartesia.stats();
             assert_eq!(h.sims.tts.stats().total_sessions, 0, "ElevenLabs unused");
             assert_eq!(cartesia.total_sessions, 1, "{cartesia:#?}");
+            let socket = &h.sims.cartesia.sessions()[0];
+            assert_eq!(
+                socket.version,
+                tts_client::DEFAULT_CARTESIA_VERSION,
+                "{socket:#?}"
+            );
+            assert_eq!(socket.version, "2026-08-14");
             // Counted per context: the greeting and three replies.
             assert_eq!(
                 cartesia.output_formats.get("pcm_mulaw_8000"),

@@ -121,6 +121,39 @@ pub struct WordTimes {
     pub end: Vec<f64>,
 }
 
+/// Phoneme timings of one chunk (Cartesia's `phoneme_timestamps` object).
+/// The simulator has no pronunciation model: each letter of a word stands
+/// for one phoneme, lower-cased, the word's span shared evenly between
+/// them. Enough for a client to check the shape and that the timings rise
+/// and stay inside their word.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PhonemeTimes {
+    pub phonemes: Vec<String>,
+    pub start: Vec<f64>,
+    pub end: Vec<f64>,
+}
+
+impl PhonemeTimes {
+    /// The phonemes of `words`, inside each word's span.
+    pub fn of(words: &WordTimes) -> Self {
+        let mut out = PhonemeTimes::default();
+        for ((word, &start), &end) in words.words.iter().zip(&words.start).zip(&words.end) {
+            let letters: Vec<char> = word.chars().filter(|c| c.is_alphanumeric()).collect();
+            let step = (end - start) / letters.len().max(1) as f64;
+            for (i, c) in letters.iter().enumerate() {
+                out.phonemes.push(c.to_lowercase().collect());
+                out.start.push(round_ms(start + step * i as f64));
+                out.end.push(round_ms(start + step * (i + 1) as f64));
+            }
+        }
+        out
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.phonemes.is_empty()
+    }
+}
+
 /// One rendered chunk.
 #[derive(Debug, Clone)]
 pub struct Chunk {
@@ -270,6 +303,20 @@ fn split_words(text: &str) -> Vec<Word> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn phonemes_rise_and_stay_inside_their_word() {
+        let words = WordTimes {
+            words: vec!["Hi,".into(), "you".into()],
+            start: vec![0.0, 0.3],
+            end: vec![0.2, 0.6],
+        };
+        let p = PhonemeTimes::of(&words);
+        assert_eq!(p.phonemes, ["h", "i", "y", "o", "u"]);
+        assert_eq!(p.start, [0.0, 0.1, 0.3, 0.4, 0.5]);
+        assert_eq!(p.end, [0.1, 0.2, 0.4, 0.5, 0.6]);
+        assert!(PhonemeTimes::of(&WordTimes::default()).is_empty());
+    }
 
     #[test]
     fn formats_parse_as_documented_and_refuse_the_rest() {

@@ -10,12 +10,17 @@
 //!   Cartesia's JSON error object) and, when [`CartesiaSimConfig::api_key`]
 //!   is set, that key in `X-API-Key`, `Authorization: Bearer …` or the
 //!   `api_key` query (else 401). Over the socket cap → 429.
-//! - Requests: generation requests (`model_id`, `transcript`, `voice`,
-//!   `output_format`, `context_id`, `continue`, `flush`, `add_timestamps`,
-//!   `max_buffer_delay_ms`, `language`) and `{context_id, cancel: true}`.
-//!   Responses: `chunk`, `timestamps`, `flush_done`, `done`, `error` with
-//!   Cartesia's field names ([`wire`]); the error shape follows the
-//!   version (structured from 2026-03-01, an `error` string before).
+//! - Requests: generation requests (`model_id`, `transcript`, `voice` as
+//!   an id string, `{id}` or `{mode:"id", id}`, `output_format`,
+//!   `context_id`, `continue`, `flush`, `add_timestamps`,
+//!   `add_phoneme_timestamps`, `max_buffer_delay_ms`, `language`) and
+//!   `{context_id, cancel: true}`. Responses: `chunk`, `timestamps`,
+//!   `phoneme_timestamps`, `flush_done`, `done`, `error` with Cartesia's
+//!   field names ([`wire`]); the error shape follows the version
+//!   (structured from 2026-03-01, an `error` string before) and names the
+//!   request's context whenever it had one. A model that is not a Sonic
+//!   model gets `model_not_found`; a voice outside the account's library
+//!   ([`CartesiaSimConfig::voices`]) gets `voice_not_found`.
 //! - Audio is speech-like sound whose length is proportional to the text
 //!   (`chars / chars_per_second`), in the encoding and rate each context
 //!   asked for, generated `realtime_factor` times faster than real time.
@@ -34,7 +39,7 @@
 //!
 //! How to drive it: `CartesiaSim::new(cfg).serve(listener, cancel)` (or
 //! through [`crate::Simulators`]), then open
-//! `ws://{addr}/tts/websocket?cartesia_version=2025-04-16` and send
+//! `ws://{addr}/tts/websocket?cartesia_version=2026-08-14` and send
 //! generation requests; read `/stats` to check what was delivered.
 
 mod audio;
@@ -63,6 +68,16 @@ pub use wire::ApiVersion;
 
 use crate::stats::{RecentSessions, SessionGuard, SessionStats};
 use protocol::{Account, AudioTally, CoreParams, SocketCore};
+
+/// The voice ids the simulated account holds by default: public voices of
+/// Cartesia's library that its documentation and SDK use as examples
+/// (the SDK's `no_more_inputs()` falls back to the first; the API
+/// reference's examples use the second).
+pub const LIBRARY_VOICES: [&str; 3] = [
+    "6ccbfb76-1fc6-48f7-b71d-91ac6298247b",
+    "a0e99841-438c-4a64-b679-ae501e7d6091",
+    "e07c00bc-4134-4eae-9ea4-1a55fb45746b",
+];
 
 /// Parallel WebSockets Cartesia allows per unit of context concurrency.
 pub const SOCKETS_PER_CONTEXT: u64 = 10;
@@ -95,6 +110,11 @@ pub struct CartesiaSimConfig {
     /// No input and no audio for this long closes the socket (1000).
     /// Cartesia closes idle sockets after 5 minutes (default 300).
     pub idle_timeout_s: u64,
+    /// The account's voice library: a generation request naming another
+    /// voice id gets a 404 `voice_not_found` error on its context, as
+    /// Cartesia refuses a voice it does not hold. Default
+    /// [`LIBRARY_VOICES`]; `None` accepts any id.
+    pub voices: Option<Vec<String>>,
     /// When set, the upgrade must carry this key (`X-API-Key`,
     /// `Authorization: Bearer`, or `api_key` query), else 401. Default
     /// `None`: any key, or none, is accepted.
@@ -129,6 +149,7 @@ impl Default for CartesiaSimConfig {
             realtime_factor: 4.0,
             context_expiry_ms: Some(1_000),
             idle_timeout_s: 300,
+            voices: Some(LIBRARY_VOICES.iter().map(|v| (*v).to_owned()).collect()),
             api_key: None,
             close_after_ms: None,
             faulty_sessions: None,
@@ -457,6 +478,7 @@ impl CartesiaSim {
                 .map(Duration::from_millis),
             error_after_chars: cfg.error_mid_stream_after_chars,
             max_contexts: cfg.max_concurrent_contexts,
+            voices: cfg.voices.as_ref().map(|v| v.as_slice().into()),
             account: Arc::clone(&self.account),
             seed: session,
         };

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use media::synth::SpeechSynth;
 
-use super::audio::{AudioFormat, Speech};
+use super::audio::{AudioFormat, PhonemeTimes, Speech};
 use super::wire::{self, ApiVersion, Failure, Generation, Rejected, Request, Settings};
 use crate::stats::FormatCounts;
 use crate::tts::ContextAudio;
@@ -122,6 +122,9 @@ pub struct CoreParams {
     pub error_after_chars: Option<u64>,
     /// Concurrent contexts across the [`Account`]; `None`: unlimited.
     pub max_contexts: Option<u32>,
+    /// The voice ids the account may use; another gets a 404
+    /// `voice_not_found` error. `None`: any id.
+    pub voices: Option<Arc<[String]>>,
     pub account: Arc<Account>,
     /// Seed for the speech synthesiser (distinct sockets sound different).
     pub seed: u64,
@@ -142,6 +145,7 @@ impl CoreParams {
             close_after: None,
             error_after_chars: None,
             max_contexts: None,
+            voices: None,
             account: Arc::new(Account::default()),
             seed: 0,
         }
@@ -389,6 +393,16 @@ impl SocketCore {
     }
 
     fn generate(&mut self, now: Instant, g: Generation) {
+        let voice = &g.settings.voice_id;
+        if self
+            .params
+            .voices
+            .as_ref()
+            .is_some_and(|v| !v.contains(voice))
+        {
+            let failure = Failure::VoiceNotFound(voice.clone());
+            return self.reject(g.context_id.as_deref(), &failure);
+        }
         let id = match g.context_id.clone() {
             Some(id) => id,
             None => {
@@ -547,6 +561,13 @@ impl SocketCore {
         if ctx.settings.add_timestamps && !chunk.words.words.is_empty() {
             self.out
                 .push_back(Outbound::Text(wire::timestamps(&ctx.id, &chunk.words)));
+        }
+        if ctx.settings.add_phoneme_timestamps {
+            let phonemes = PhonemeTimes::of(&chunk.words);
+            if !phonemes.is_empty() {
+                let msg = wire::phoneme_timestamps(&ctx.id, &phonemes);
+                self.out.push_back(Outbound::Text(msg));
+            }
         }
         let (bytes, ms) = (chunk.bytes.len() as u64, chunk.ms);
         let id = ctx.id.clone();

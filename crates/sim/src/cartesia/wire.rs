@@ -2,18 +2,24 @@
 //! into [`Request`]s, and the server messages built as JSON text.
 //!
 //! Field names are Cartesia's (docs.cartesia.ai, `/tts/websocket`
-//! AsyncAPI): requests carry `model_id`, `transcript`, `voice`
-//! `{mode:"id", id}`, `output_format` `{container, encoding, sample_rate}`,
-//! `context_id`, `continue`, `flush`, `add_timestamps`,
-//! `max_buffer_delay_ms`, `language`; a cancel is `{context_id, cancel:
-//! true}`. Unknown fields are ignored, as the real service does.
+//! AsyncAPI, and the official SDK's models): requests carry `model_id`,
+//! `transcript`, `voice`, `output_format` `{container, encoding,
+//! sample_rate}`, `context_id`, `continue`, `flush`, `add_timestamps`,
+//! `add_phoneme_timestamps`, `max_buffer_delay_ms`, `language`; a cancel is
+//! `{context_id, cancel: true}`. The voice may be given in any of the
+//! three forms clients send: a bare id string (what the current SDK sends),
+//! `{"id": …}` (the current documented object) or `{"mode": "id", "id": …}`
+//! (the older one); another `mode` (embeddings) is refused. Unknown fields
+//! are ignored, as the real service does. A request that fails to parse
+//! still names its `context_id` in the error when it had one, so a client
+//! waiting on that context hears about it.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::audio::{AudioFormat, WordTimes};
+use super::audio::{AudioFormat, PhonemeTimes, WordTimes};
 
 /// `max_buffer_delay_ms` when a request does not give one (Cartesia's default).
 pub const DEFAULT_MAX_BUFFER_DELAY_MS: u64 = 3_000;
@@ -31,17 +37,24 @@ pub enum ApiVersion {
     V2024_06_10,
     V2024_11_13,
     V2025_04_16,
+    V2025_11_04,
     V2026_03_01,
+    V2026_08_14,
 }
 
 impl ApiVersion {
     /// Every documented version, oldest first.
-    pub const ALL: [ApiVersion; 4] = [
+    pub const ALL: [ApiVersion; 6] = [
         ApiVersion::V2024_06_10,
         ApiVersion::V2024_11_13,
         ApiVersion::V2025_04_16,
+        ApiVersion::V2025_11_04,
         ApiVersion::V2026_03_01,
+        ApiVersion::V2026_08_14,
     ];
+
+    /// The newest version (what the current official SDK sends).
+    pub const LATEST: ApiVersion = ApiVersion::V2026_08_14;
 
     /// Parses a `YYYY-MM-DD` version; `None` for undocumented dates.
     pub fn parse(s: &str) -> Option<Self> {
@@ -53,7 +66,9 @@ impl ApiVersion {
             ApiVersion::V2024_06_10 => "2024-06-10",
             ApiVersion::V2024_11_13 => "2024-11-13",
             ApiVersion::V2025_04_16 => "2025-04-16",
+            ApiVersion::V2025_11_04 => "2025-11-04",
             ApiVersion::V2026_03_01 => "2026-03-01",
+            ApiVersion::V2026_08_14 => "2026-08-14",
         }
     }
 
@@ -73,6 +88,7 @@ pub struct Settings {
     pub language: Option<String>,
     pub format: AudioFormat,
     pub add_timestamps: bool,
+    pub add_phoneme_timestamps: bool,
 }
 
 /// A validated generation request.
@@ -101,6 +117,13 @@ pub enum Failure {
     /// Malformed or invalid request (400).
     #[error("{0}")]
     BadRequest(String),
+    /// A `model_id` that names no Sonic model (400, `model_not_found`).
+    #[error("Model {0:?} does not exist; use a Sonic model ID such as sonic-3.")]
+    ModelNotFound(String),
+    /// A voice id the account's voice library does not hold (404,
+    /// `voice_not_found`).
+    #[error("Voice {0:?} was not found.")]
+    VoiceNotFound(String),
     /// Over the account's concurrent-context limit (429).
     #[error("You have exceeded your plan's concurrency limit.")]
     ConcurrencyLimited,
@@ -112,7 +135,8 @@ pub enum Failure {
 impl Failure {
     pub fn status_code(&self) -> u16 {
         match self {
-            Failure::BadRequest(_) => 400,
+            Failure::BadRequest(_) | Failure::ModelNotFound(_) => 400,
+            Failure::VoiceNotFound(_) => 404,
             Failure::ConcurrencyLimited => 429,
             Failure::Internal => 500,
         }
@@ -121,6 +145,8 @@ impl Failure {
     fn error_code(&self) -> &'static str {
         match self {
             Failure::BadRequest(_) => "invalid_request",
+            Failure::ModelNotFound(_) => "model_not_found",
+            Failure::VoiceNotFound(_) => "voice_not_found",
             Failure::ConcurrencyLimited => "concurrency_limited",
             Failure::Internal => "internal_error",
         }
@@ -129,6 +155,8 @@ impl Failure {
     fn title(&self) -> &'static str {
         match self {
             Failure::BadRequest(_) => "Invalid request",
+            Failure::ModelNotFound(_) => "Invalid model",
+            Failure::VoiceNotFound(_) => "Voice not found",
             Failure::ConcurrencyLimited => "Too many concurrent requests",
             Failure::Internal => "Internal server error",
         }
@@ -154,14 +182,56 @@ struct RawRequest {
     continues: Option<bool>,
     flush: Option<bool>,
     add_timestamps: Option<bool>,
+    add_phoneme_timestamps: Option<bool>,
     max_buffer_delay_ms: Option<u64>,
     cancel: Option<bool>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-struct RawVoice {
-    mode: Option<String>,
-    id: Option<String>,
+/// The three voice forms: `"id"`, `{"id"}`, `{"mode":"id","id"}`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawVoice {
+    Id(String),
+    Object {
+        mode: Option<String>,
+        id: Option<String>,
+    },
+}
+
+impl RawVoice {
+    fn into_id(self) -> Result<String, String> {
+        let id = match self {
+            RawVoice::Id(id) => id,
+            RawVoice::Object { mode, id } => {
+                if mode.as_deref().is_some_and(|m| m != "id") {
+                    return Err("voice.mode must be \"id\" (embeddings are not supported)".into());
+                }
+                id.ok_or("voice.id is required")?
+            }
+        };
+        if id.trim().is_empty() {
+            return Err("voice.id is required".into());
+        }
+        Ok(id)
+    }
+}
+
+/// Why a request failed validation.
+enum Invalid {
+    Bad(String),
+    Model(String),
+}
+
+impl From<String> for Invalid {
+    fn from(msg: String) -> Self {
+        Invalid::Bad(msg)
+    }
+}
+
+impl From<&str> for Invalid {
+    fn from(msg: &str) -> Self {
+        Invalid::Bad(msg.to_owned())
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -173,40 +243,44 @@ struct RawFormat {
 
 /// Parses and validates one client text frame.
 pub fn parse(text: &str) -> Result<Request, Rejected> {
-    let raw: RawRequest = serde_json::from_str(text).map_err(|e| Rejected {
-        context_id: None,
-        failure: Failure::BadRequest(format!("invalid JSON request: {e}")),
-    })?;
-    let context_id = raw.context_id.clone();
-    let reject = |msg: String| Rejected {
-        context_id: context_id.clone(),
+    let bad = |context_id: Option<String>, msg: String| Rejected {
+        context_id,
         failure: Failure::BadRequest(msg),
     };
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| bad(None, format!("invalid JSON request: {e}")))?;
+    // Read apart from the rest, so a request whose other fields are wrong
+    // still gets its error on its context.
+    let context_id = value
+        .get("context_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let raw = RawRequest::deserialize(value)
+        .map_err(|e| bad(context_id.clone(), format!("invalid request: {e}")))?;
     if raw.cancel == Some(true) {
         return match raw.context_id {
             Some(context_id) => Ok(Request::Cancel { context_id }),
-            None => Err(reject("a cancel request needs a context_id".into())),
+            None => Err(bad(None, "a cancel request needs a context_id".into())),
         };
     }
-    validate(raw).map(Request::Generate).map_err(reject)
+    validate(raw)
+        .map(Request::Generate)
+        .map_err(|invalid| Rejected {
+            context_id,
+            failure: match invalid {
+                Invalid::Bad(msg) => Failure::BadRequest(msg),
+                Invalid::Model(model) => Failure::ModelNotFound(model),
+            },
+        })
 }
 
-fn validate(raw: RawRequest) -> Result<Generation, String> {
+fn validate(raw: RawRequest) -> Result<Generation, Invalid> {
     let model_id = raw.model_id.ok_or("model_id is required")?;
     if !model_id.starts_with("sonic") {
-        return Err(format!(
-            "Invalid model: {model_id:?} is not a valid model ID"
-        ));
+        return Err(Invalid::Model(model_id));
     }
     let transcript = raw.transcript.ok_or("transcript is required")?;
-    let voice = raw.voice.ok_or("voice is required")?;
-    if voice.mode.as_deref() != Some("id") {
-        return Err("voice.mode must be \"id\"".into());
-    }
-    let voice_id = voice
-        .id
-        .filter(|id| !id.is_empty())
-        .ok_or("voice.id is required")?;
+    let voice_id = raw.voice.ok_or("voice is required")?.into_id()?;
     let f = raw.output_format.ok_or("output_format is required")?;
     let format = AudioFormat::parse(
         f.container
@@ -223,9 +297,9 @@ fn validate(raw: RawRequest) -> Result<Generation, String> {
         .max_buffer_delay_ms
         .unwrap_or(DEFAULT_MAX_BUFFER_DELAY_MS);
     if delay > MAX_BUFFER_DELAY_MS {
-        return Err(format!(
-            "max_buffer_delay_ms must be 0..={MAX_BUFFER_DELAY_MS}, got {delay}"
-        ));
+        return Err(
+            format!("max_buffer_delay_ms must be 0..={MAX_BUFFER_DELAY_MS}, got {delay}").into(),
+        );
     }
     Ok(Generation {
         context_id: raw.context_id,
@@ -236,6 +310,7 @@ fn validate(raw: RawRequest) -> Result<Generation, String> {
             language: raw.language,
             format,
             add_timestamps: raw.add_timestamps.unwrap_or(false),
+            add_phoneme_timestamps: raw.add_phoneme_timestamps.unwrap_or(false),
         },
         continues: raw.continues.unwrap_or(false),
         flush: raw.flush.unwrap_or(false),
@@ -271,6 +346,22 @@ pub fn timestamps(context_id: &str, words: &WordTimes) -> String {
             "words": words.words,
             "start": words.start,
             "end": words.end,
+        },
+    })
+    .to_string()
+}
+
+/// `{"type":"phoneme_timestamps","done":false,"status_code":206,"context_id":…,"phoneme_timestamps":{phonemes,start,end}}`.
+pub fn phoneme_timestamps(context_id: &str, phonemes: &PhonemeTimes) -> String {
+    json!({
+        "type": "phoneme_timestamps",
+        "done": false,
+        "status_code": STATUS_PARTIAL,
+        "context_id": context_id,
+        "phoneme_timestamps": {
+            "phonemes": phonemes.phonemes,
+            "start": phonemes.start,
+            "end": phonemes.end,
         },
     })
     .to_string()
@@ -387,11 +478,16 @@ mod tests {
     #[test]
     fn invalid_requests_are_rejected_with_their_context() {
         for (extra, needle) in [
-            (json!({"model_id": "eleven_flash_v2_5"}), "Invalid model"),
             (
                 json!({"voice": {"mode": "embedding", "id": "x"}}),
                 "voice.mode",
             ),
+            (json!({"voice": {"mode": "id"}}), "voice.id is required"),
+            (json!({"voice": ""}), "voice.id is required"),
+            // A field of the wrong type fails the whole request, but the
+            // error still names the context.
+            (json!({"voice": 7}), "invalid request"),
+            (json!({"continue": "yes"}), "invalid request"),
             (
                 json!({"output_format": {"container": "mp3"}}),
                 "encoding is required",
@@ -411,11 +507,36 @@ mod tests {
                 "{extra}: {rejected:?}"
             );
         }
+        let model = parse(&request(json!({"model_id": "eleven_flash_v2_5"}))).unwrap_err();
+        assert_eq!(model.context_id.as_deref(), Some("turn-1"));
+        assert_eq!(
+            model.failure,
+            Failure::ModelNotFound("eleven_flash_v2_5".into())
+        );
+        assert_eq!(model.failure.error_code(), "model_not_found");
         let bad_json = parse("{nope").unwrap_err();
         assert_eq!(
             (bad_json.context_id, bad_json.failure.status_code()),
             (None, 400)
         );
+    }
+
+    #[test]
+    fn the_voice_may_be_an_id_an_id_object_or_a_mode_object() {
+        for voice in [
+            json!("6ccbfb76-1fc6-48f7-b71d-91ac6298247b"),
+            json!({"id": "6ccbfb76-1fc6-48f7-b71d-91ac6298247b"}),
+            json!({"mode": "id", "id": "6ccbfb76-1fc6-48f7-b71d-91ac6298247b", "extra": 1}),
+        ] {
+            let Request::Generate(g) = parse(&request(json!({"voice": voice.clone()}))).unwrap()
+            else {
+                panic!("a generation");
+            };
+            assert_eq!(
+                g.settings.voice_id, "6ccbfb76-1fc6-48f7-b71d-91ac6298247b",
+                "{voice}"
+            );
+        }
     }
 
     #[test]

@@ -12,11 +12,17 @@
 //! timestamps are always asked for: they tell a reconnect how much of the
 //! text was already heard.
 //!
+//! The voice goes as the current API's voice object, `{"id": …}`.
+//!
 //! Responses, by `type`: `chunk` (base64 `data`), `timestamps`
-//! (`word_timestamps.words`), `flush_done`, `done`, `error` (`status_code`,
-//! `error` in older versions, `title`/`message`/`error_code` in newer ones,
-//! `done:true`, `context_id`). A 429 `status_code`, or an error naming a
-//! concurrency or rate limit, is a capacity refusal.
+//! (`word_timestamps.words`), `flush_done`, `done`, `error`. Errors take
+//! the structured shape of `Cartesia-Version` 2026-03-01 and later
+//! (`status_code`, `error_code`, `title`, `message`, `request_id`,
+//! `done:true`, `context_id` when there is one); the single `error` string
+//! of older versions is read too. A 429 `status_code`, a
+//! `concurrency_limited` / `rate_limited` code, or an older error naming a
+//! concurrency or rate limit, is a capacity refusal. The `request_id` is
+//! kept in the message: it is what Cartesia's support asks for.
 
 use base64::Engine as _;
 use serde::Deserialize;
@@ -38,7 +44,7 @@ impl Request {
         Request {
             common: json!({
                 "model_id": cfg.model_id,
-                "voice": { "mode": "id", "id": cfg.voice_id },
+                "voice": { "id": cfg.voice_id },
                 "output_format": {
                     "container": "raw",
                     "encoding": encoding,
@@ -102,6 +108,7 @@ struct Raw {
     error_code: Option<String>,
     title: Option<String>,
     message: Option<String>,
+    request_id: Option<String>,
     word_timestamps: Option<RawWords>,
 }
 
@@ -159,10 +166,18 @@ fn error(context: Option<ContextId>, raw: Raw) -> Inbound {
     let error = raw
         .error
         .map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_owned));
+    let capacity_code = matches!(
+        raw.error_code.as_deref(),
+        Some("concurrency_limited" | "rate_limited")
+    );
     let parts = [raw.error_code, error, raw.title, raw.message];
-    let message = parts.into_iter().flatten().collect::<Vec<_>>().join(": ");
+    let mut message = parts.into_iter().flatten().collect::<Vec<_>>().join(": ");
+    if let Some(id) = raw.request_id {
+        message.push_str(&format!(" (request_id {id})"));
+    }
     let lower = message.to_ascii_lowercase();
     let capacity = raw.status_code == Some(429)
+        || capacity_code
         || ["concurrency", "rate limit", "rate_limit", "too many"]
             .iter()
             .any(|needle| lower.contains(needle));
@@ -197,7 +212,7 @@ mod tests {
         let r = request(OutputFormat::Ulaw8000);
         let common = json!({
             "model_id": "sonic-3",
-            "voice": {"mode": "id", "id": "voice-uuid"},
+            "voice": {"id": "voice-uuid"},
             "output_format": {"container": "raw", "encoding": "pcm_mulaw", "sample_rate": 8000},
             "add_timestamps": true,
             "context_id": "ctx-3",
@@ -266,16 +281,22 @@ mod tests {
         );
         let flush = r#"{"type":"flush_done","done":false,"flush_done":true,"flush_id":1,"context_id":"ctx-2"}"#;
         assert_eq!(parse(flush).unwrap(), Inbound::Other);
-        let bad = r#"{"type":"error","done":true,"title":"Model not found","message":"no such model","error_code":"model_not_found","status_code":400,"context_id":"ctx-4"}"#;
+        let bad = r#"{"type":"error","done":true,"title":"Invalid model","message":"no such model","error_code":"model_not_found","status_code":400,"request_id":"r-1:ctx-4","context_id":"ctx-4"}"#;
         assert_eq!(
             parse(bad).unwrap(),
             Inbound::Error {
                 context: Some(ContextId(4)),
-                message: "model_not_found: Model not found: no such model".into(),
+                message: "model_not_found: Invalid model: no such model (request_id r-1:ctx-4)"
+                    .into(),
                 capacity: false,
                 ends_context: true,
             }
         );
+        let limited = r#"{"type":"error","done":true,"status_code":400,"error_code":"rate_limited","title":"Slow down","message":"m","request_id":"r"}"#;
+        assert!(matches!(
+            parse(limited).unwrap(),
+            Inbound::Error { capacity: true, .. }
+        ));
         let busy =
             r#"{"type":"error","done":true,"error":"concurrency limit reached","status_code":429}"#;
         assert_eq!(

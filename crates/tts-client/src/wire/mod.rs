@@ -193,11 +193,15 @@ pub(crate) fn upgrade_request(cfg: &TtsConfig) -> Result<(String, Request<()>), 
     if let Some(key) = &cfg.api_key {
         let mut value = header(key, "api_key")?;
         value.set_sensitive(true);
-        let name = match cfg.provider {
-            Provider::ElevenLabs => "xi-api-key",
-            Provider::Cartesia => "X-API-Key",
+        match cfg.provider {
+            Provider::ElevenLabs => headers.insert("xi-api-key", value),
+            Provider::Cartesia => {
+                // Cartesia's current convention for server-side clients.
+                let mut bearer = header(&format!("Bearer {key}"), "api_key")?;
+                bearer.set_sensitive(true);
+                headers.insert("Authorization", bearer)
+            }
         };
-        headers.insert(name, value);
     }
     Ok((url, req))
 }
@@ -233,8 +237,9 @@ mod tests {
         cfg.api_key = Some("sk_car_1".into());
         let (url, req) = upgrade_request(&cfg).unwrap();
         assert_eq!(url, "wss://api.cartesia.ai/tts/websocket");
-        assert_eq!(req.headers()["X-API-Key"], "sk_car_1");
-        assert!(req.headers()["X-API-Key"].is_sensitive());
+        assert_eq!(req.headers()["Authorization"], "Bearer sk_car_1");
+        assert!(req.headers()["Authorization"].is_sensitive());
+        assert!(req.headers().get("X-API-Key").is_none());
         assert_eq!(req.headers()["Cartesia-Version"], cfg.cartesia_version);
         assert!(req.headers().get("xi-api-key").is_none());
     }

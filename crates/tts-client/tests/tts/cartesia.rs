@@ -1,11 +1,13 @@
 //! The Cartesia wire against the Cartesia simulator (`callgate_sim::
 //! cartesia`) over real sockets: a whole turn's audio, barge-in, a socket
-//! closed mid-reply (1011) resumed on a new one, and an outage longer than
-//! the reconnect budget.
+//! closed mid-reply (1011) resumed on a new one, an outage longer than
+//! the reconnect budget, and a voice or model the account does not have.
+//! The simulator requires an API key here, so every test also checks the
+//! client's `Authorization: Bearer` on the current API version.
 
 use crate::common;
 
-use callgate_sim::cartesia::{CartesiaSim, CartesiaSimConfig};
+use callgate_sim::cartesia::{CartesiaSim, CartesiaSimConfig, LIBRARY_VOICES};
 use common::{WAIT, audio_until_final, expected_secs, next};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -21,13 +23,19 @@ struct Sim {
     cancel: CancellationToken,
 }
 
+const KEY: &str = "sk_car_tts_client_test";
+
 async fn start(sim_cfg: CartesiaSimConfig) -> Sim {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("bound address");
-    let sim = CartesiaSim::new(sim_cfg);
+    let sim = CartesiaSim::new(CartesiaSimConfig {
+        api_key: Some(KEY.into()),
+        ..sim_cfg
+    });
     let cancel = CancellationToken::new();
     tokio::spawn(sim.clone().serve(listener, cancel.clone()));
-    let mut cfg = TtsConfig::cartesia(format!("ws://{addr}"), "voice-test");
+    let mut cfg = TtsConfig::cartesia(format!("ws://{addr}"), LIBRARY_VOICES[1]);
+    cfg.api_key = Some(KEY.into());
     cfg.reconnect.initial_ms = 20;
     Sim { sim, cfg, cancel }
 }
@@ -158,6 +166,47 @@ async fn an_outage_longer_than_the_budget_ends_with_reconnect_failed() {
     assert!(
         tally.down_refusals >= 1 && tally.reconnected == 0,
         "{tally:?}"
+    );
+    sim.cancel.cancel();
+}
+
+/// A context refused by the provider ends at once with its error: the
+/// error names the context, so nothing waits for a timeout.
+async fn refused_context(sim: &Sim, cfg: &TtsConfig) -> String {
+    let (mut tts, mut events) = connect(cfg, "refused").await.expect("connect");
+    tts.open_context(C).unwrap();
+    tts.send_text(C, "Hello there. ").unwrap();
+    let mut message = None;
+    loop {
+        match next(&mut events).await {
+            TtsEvent::ProviderError { message: m } => message = Some(m),
+            TtsEvent::ContextFinal { context } if context == C => break,
+            TtsEvent::Audio { .. } => panic!("a refused context spoke"),
+            TtsEvent::Closed(reason) => panic!("closed: {reason}"),
+            _ => {}
+        }
+    }
+    tts.close().await.expect("clean close");
+    assert_eq!(sim.sim.stats().audio_bytes, 0);
+    message.expect("the provider's error")
+}
+
+#[tokio::test]
+async fn an_unknown_voice_or_model_ends_its_context_with_the_providers_error() {
+    let sim = start(CartesiaSimConfig::default()).await;
+    let mut cfg = sim.cfg.clone();
+    cfg.voice_id = "21m00Tcm4TlvDq8ikWAM".into();
+    let voice = refused_context(&sim, &cfg).await;
+    assert!(
+        voice.starts_with("voice_not_found: Voice not found:") && voice.contains("request_id"),
+        "{voice}"
+    );
+    let mut cfg = sim.cfg.clone();
+    cfg.model_id = "eleven_flash_v2_5".into();
+    let model = refused_context(&sim, &cfg).await;
+    assert!(
+        model.starts_with("model_not_found: Invalid model:"),
+        "{model}"
     );
     sim.cancel.cancel();
 }

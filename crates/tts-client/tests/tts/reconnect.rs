@@ -182,7 +182,7 @@ async fn cartesia_connection_loss_mid_reply_resumes_from_the_word_timestamps() {
             conn.header("Cartesia-Version"),
             Some(DEFAULT_CARTESIA_VERSION)
         );
-        assert_eq!(conn.header("X-API-Key"), Some("sk_car_test"));
+        assert_eq!(conn.header("Authorization"), Some("Bearer sk_car_test"));
     }
     let first = &conns[1].frames[0];
     assert_eq!(first["transcript"], REST);

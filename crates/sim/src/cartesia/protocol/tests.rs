@@ -302,6 +302,72 @@ fn timestamps_cover_every_word_on_the_context_clock() {
 }
 
 #[test]
+fn phoneme_timestamps_come_when_asked_and_stay_inside_their_words() {
+    let mut h = Harness::new(CoreParams::quiet());
+    h.send(with(
+        request("a", "Table for two.", false),
+        json!({"add_timestamps": true, "add_phoneme_timestamps": true}),
+    ));
+    let out = h.advance(60_000);
+    let phonemes: Vec<&Value> = of_type(&out, "phoneme_timestamps");
+    let letters: String = phonemes
+        .iter()
+        .flat_map(|m| m["phoneme_timestamps"]["phonemes"].as_array().unwrap())
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert_eq!(letters, "tablefortwo");
+    let words = of_type(&out, "timestamps");
+    let last_word_end = words.last().unwrap()["word_timestamps"]["end"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .as_f64()
+        .unwrap();
+    let ends: Vec<f64> = phonemes
+        .iter()
+        .flat_map(|m| m["phoneme_timestamps"]["end"].as_array().unwrap())
+        .map(|e| e.as_f64().unwrap())
+        .collect();
+    assert!(ends.windows(2).all(|w| w[0] <= w[1]), "{ends:?}");
+    assert_eq!(*ends.last().unwrap(), last_word_end);
+
+    let mut h = Harness::new(CoreParams::quiet());
+    h.send(request("b", "Table for two.", false));
+    assert!(of_type(&h.advance(60_000), "phoneme_timestamps").is_empty());
+}
+
+#[test]
+fn a_voice_outside_the_library_is_refused_on_its_context() {
+    let mut h = Harness::new(CoreParams {
+        version: ApiVersion::V2026_08_14,
+        voices: Some(["voice-1".to_owned()].into()),
+        ..CoreParams::quiet()
+    });
+    h.send(with(
+        request("a", "Hi.", false),
+        json!({"voice": "someone-else"}),
+    ));
+    let out = h.drain();
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0]["error_code"], "voice_not_found");
+    assert_eq!(out[0]["status_code"], 404);
+    assert_eq!(out[0]["context_id"], "a");
+    assert_eq!(h.core.params.account.active_contexts(), 0);
+    // The library's voice, in each of its three forms, is spoken.
+    for (ctx, voice) in [
+        ("b", json!("voice-1")),
+        ("c", json!({"id": "voice-1"})),
+        ("d", json!({"mode": "id", "id": "voice-1"})),
+    ] {
+        h.send(with(request(ctx, "Hi.", false), json!({"voice": voice})));
+    }
+    let out = h.advance(60_000);
+    assert_eq!(of_type(&out, "done").len(), 3, "{out:?}");
+    assert!(of_type(&out, "error").is_empty(), "{out:?}");
+}
+
+#[test]
 fn the_mid_stream_fault_fails_the_context_after_its_characters() {
     let mut h = Harness::new(CoreParams {
         error_after_chars: Some(10),
@@ -369,7 +435,9 @@ fn errors_follow_the_socket_version() {
     h.core.handle_binary(h.now);
     let out = h.drain();
     assert_eq!(out.len(), 3);
-    assert_eq!(out[0]["error_code"], "invalid_request");
+    assert_eq!(out[0]["error_code"], "model_not_found");
+    assert_eq!(out[0]["title"], "Invalid model");
+    assert_eq!(out[2]["error_code"], "invalid_request");
     assert_eq!(out[0]["request_id"], "sock-1:a");
     assert_eq!(out[0]["context_id"], "a");
     assert!(out[1].get("context_id").is_none());
