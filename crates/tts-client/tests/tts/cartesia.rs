@@ -174,8 +174,8 @@ async fn an_outage_longer_than_the_budget_ends_with_reconnect_failed() {
 /// error names the context, so nothing waits for a timeout.
 async fn refused_context(sim: &Sim, cfg: &TtsConfig) -> String {
     let (mut tts, mut events) = connect(cfg, "refused").await.expect("connect");
-    tts.open_context(C).unwrap();
-    tts.send_text(C, "Hello there. ").unwrap();
+    tts.open_context(C).expect("open");
+    tts.send_text(C, "Hello there. ").expect("text");
     let mut message = None;
     loop {
         match next(&mut events).await {
