@@ -9,14 +9,19 @@
 //! active count it was computed from as `routing_reported_sessions`
 //! (`App::routing`).
 //!
-//! The line is `up <state> <weight>% maxconn:<n>\n`:
+//! The line is `up ready <weight>% maxconn:<n>\n`, or `up drain
+//! maxconn:<n>\n` / `up maint maxconn:<n>\n` (no weight: DRAIN and MAINT
+//! already take the server out of rotation, and HAProxy 2.6 logs "remains
+//! in forced drain mode" for every weight it is handed while in one, a
+//! line per agent check for the whole drain):
 //! * state: `drain` while draining, `maint` when capacity is 0, else `ready`
 //!   (`ready` also cancels a DRAIN or MAINT this agent set earlier: only the
 //!   agent can revert its own actions);
 //! * weight: `round(100 · (1 − utilization(score, capacity)))` percent of the
 //!   server's configured weight. HAProxy removes a server at 0 % (shown as
 //!   DRAIN), so while free committed capacity remains the weight is at least
-//!   1 %; with none left (or draining, or maint) it is 0 %. A score that is
+//!   1 %; with none left it is 0 % (and 0 in [`Reply`] while draining or
+//!   in maint, where the line carries none). A score that is
 //!   not a number counts as full;
 //! * `maxconn`: HAProxy's `maxconn` is the absolute number of concurrent
 //!   connections it sends the server, and 0 means *unlimited*. So it is the
@@ -80,13 +85,16 @@ pub struct Reply {
 impl fmt::Display for Reply {
     /// The line HAProxy reads, newline included.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "up {} {}% maxconn:{}",
-            self.state.word(),
-            self.weight_pct,
-            self.maxconn
-        )
+        match self.state {
+            // No weight while HAProxy holds the server in DRAIN or MAINT:
+            // it would log "remains in forced drain mode" for each one.
+            AdminState::Drain | AdminState::Maint => {
+                writeln!(f, "up {} maxconn:{}", self.state.word(), self.maxconn)
+            }
+            AdminState::Ready => {
+                writeln!(f, "up ready {}% maxconn:{}", self.weight_pct, self.maxconn)
+            }
+        }
     }
 }
 
@@ -200,14 +208,14 @@ mod tests {
 
     #[test]
     fn draining_is_drain_with_no_room_for_new_calls() {
-        assert_eq!(line(true, &view(7, 7.0, 50)), "up drain 0% maxconn:7\n");
+        assert_eq!(line(true, &view(7, 7.0, 50)), "up drain maxconn:7\n");
         // Draining wins over capacity 0.
-        assert_eq!(line(true, &view(2, 2.0, 0)), "up drain 0% maxconn:2\n");
+        assert_eq!(line(true, &view(2, 2.0, 0)), "up drain maxconn:2\n");
     }
 
     #[test]
     fn capacity_zero_is_maint() {
-        assert_eq!(line(false, &view(3, 3.0, 0)), "up maint 0% maxconn:3\n");
+        assert_eq!(line(false, &view(3, 3.0, 0)), "up maint maxconn:3\n");
     }
 
     #[test]
