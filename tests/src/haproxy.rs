@@ -3,8 +3,12 @@
 //! [`Haproxy::start`] runs the production configuration
 //! (`deploy/haproxy/haproxy.cfg`) unchanged, in the foreground (`-db`), from
 //! a scratch directory that holds its runtime-API socket and its log; only
-//! the environment differs from a deployment (addresses, agent ports, check
-//! intervals; `VOICE_UNPRIVILEGED`, so it neither chroots nor changes user).
+//! the environment differs from a deployment, and only in variables
+//! `deploy/haproxy/README.md` documents (addresses, agent ports, check
+//! intervals, the log target; `VOICE_UNPRIVILEGED`, so it neither chroots
+//! nor changes user). The connection limit is left to the shipped default
+//! unless [`HaproxyOpts::maxconn`] pins one; [`HaproxyOpts::nofile`] starts
+//! HAProxy under a given file-descriptor limit (through `prlimit`).
 //! [`Haproxy::servers`] reads HAProxy's own view of each instance over that
 //! socket: `show stat` (status, effective weight, maxconn, connections) and
 //! `show servers state` (user weight, administrative flags).
@@ -54,8 +58,6 @@ pub const SERVERS: [&str; 2] = ["callgate-1", "callgate-2"];
 const START_LIMIT: Duration = Duration::from_secs(10);
 /// Longest one runtime-API command may take.
 const COMMAND_LIMIT: Duration = Duration::from_secs(3);
-/// Process-wide connection limit: far below any test's file-descriptor limit.
-const MAXCONN: u32 = 1_000;
 /// How often states are polled.
 const POLL: Duration = Duration::from_millis(25);
 
@@ -75,6 +77,12 @@ pub struct HaproxyOpts {
     pub agent_inter: Duration,
     /// `inter` of the `/readyz` check.
     pub check_inter: Duration,
+    /// `VOICE_MAXCONN`; `None`: the shipped default (derived from the
+    /// descriptor limit).
+    pub maxconn: Option<u32>,
+    /// Start HAProxy with this soft and hard `RLIMIT_NOFILE`; `None`: the
+    /// test process's own.
+    pub nofile: Option<u64>,
 }
 
 impl Default for HaproxyOpts {
@@ -82,6 +90,8 @@ impl Default for HaproxyOpts {
         HaproxyOpts {
             agent_inter: Duration::from_millis(200),
             check_inter: Duration::from_millis(200),
+            maxconn: None,
+            nofile: None,
         }
     }
 }
@@ -92,7 +102,8 @@ pub struct ServerState {
     pub name: String,
     /// `show stat` status: `UP`, `DOWN`, `DRAIN`, `MAINT`, `UP 1/2`, ….
     pub status: String,
-    /// Effective weight now (0 while drained).
+    /// Effective weight now, as `show stat` reports it (a drained server
+    /// keeps its last weight: DRAIN, not the weight, keeps new sessions off).
     pub weight: u32,
     /// User weight: what the last agent percentage set, of the initial 100.
     pub user_weight: u32,
@@ -129,12 +140,22 @@ impl Haproxy {
         let scratch = Scratch::new("haproxy")?;
         let socket = scratch.path.join("admin.sock");
         let frontend = free_tcp_addr()?;
-        let mut cmd = Command::new(system_binary("haproxy"));
+        let mut cmd = match opts.nofile {
+            Some(n) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={n}:{n}"))
+                    .arg(system_binary("haproxy"));
+                c
+            }
+            None => Command::new(system_binary("haproxy")),
+        };
         cmd.arg("-db").arg("-f").arg(CONFIG);
+        if let Some(n) = opts.maxconn {
+            cmd.env("VOICE_MAXCONN", n.to_string());
+        }
         cmd.current_dir(&scratch.path)
             .env("VOICE_UNPRIVILEGED", "1")
             .env("VOICE_LOG", "stdout")
-            .env("VOICE_MAXCONN", MAXCONN.to_string())
             .env("VOICE_BIND", frontend.to_string())
             .env("VOICE_STATS_SOCKET", &socket)
             .env("VOICE_AGENT_INTER", millis(opts.agent_inter))
@@ -173,6 +194,19 @@ impl Haproxy {
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+
+    /// One field of `show info` (`Maxconn`, `Ulimit-n`, …).
+    pub async fn info(&self, field: &str) -> Result<String> {
+        let info = self.command("show info").await?;
+        let prefix = format!("{field}: ");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(str::to_owned)
+            .ok_or_else(|| HarnessError::Output {
+                command: "show info".into(),
+                output: info,
+            })
     }
 
     /// Where the frontend listens.

@@ -135,9 +135,7 @@ async fn a_drained_instance_gets_no_new_calls_through_haproxy_and_drops_none() {
     drain(pool.a()).await;
     let began = Instant::now();
     let drained = pool
-        .wait_for("A in DRAIN by its agent", |s| {
-            s[0].admin_drain && s[0].weight == 0
-        })
+        .wait_for("A in DRAIN by its agent", |s| s[0].admin_drain)
         .await;
     eprintln!(
         "HAProxy put A in DRAIN {:?} after POST /admin/drain ({})",
@@ -180,9 +178,76 @@ async fn a_drained_instance_gets_no_new_calls_through_haproxy_and_drops_none() {
     // A's calls from before the drain run to their end through HAProxy.
     let first = first.await.unwrap();
     assert_all_completed(&first, 4);
+    // The drain is logged once, not once per agent check while it lasts.
+    let drained_for = began.elapsed();
+    assert!(drained_for > 10 * AGENT_INTER, "{drained_for:?}");
+    let log = pool.lb.log();
+    let entered = log
+        .lines()
+        .filter(|l| l.contains("[WARNING]") && l.contains("callgate-1 enters drain state"))
+        .count();
+    assert_eq!(entered, 1, "one line for the state change:\n{log}");
+    let remains = log
+        .lines()
+        .filter(|l| l.contains("[WARNING]") && l.contains("remains in forced drain"))
+        .count();
+    assert!(remains <= 1, "no line per agent check:\n{log}");
     let took = pool.converged_to_zero(Instant::now()).await;
     eprintln!("counters converged {took:?} after the last call");
     pool.stop().await;
+}
+
+/// The shipped file starts HAProxy under any descriptor limit with only
+/// the documented variables: the connection limit follows the limit
+/// (about half: two descriptors per proxied connection), and never asks
+/// for more than `fd-hard-limit` allows. A pinned `VOICE_MAXCONN` the
+/// limit cannot hold stops HAProxy at start, as the README warns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn haproxy_starts_with_the_shipped_defaults_under_any_descriptor_limit() {
+    // Nothing listens here: the servers go DOWN, which starting does not mind.
+    let nowhere = Backend {
+        http: "127.0.0.1:9".parse().unwrap(),
+        agent_port: 9,
+    };
+    for nofile in [1_024, 4_096, hard_nofile().min(65_536)] {
+        let opts = HaproxyOpts {
+            nofile: Some(nofile),
+            ..HaproxyOpts::default()
+        };
+        let lb = Haproxy::start([nowhere; 2], &opts)
+            .await
+            .unwrap_or_else(|e| panic!("under {nofile} descriptors: {e}"));
+        let maxconn: u64 = lb.info("Maxconn").await.unwrap().parse().unwrap();
+        let usable = nofile.min(20_000);
+        eprintln!("descriptor limit {nofile}: HAProxy's Maxconn {maxconn}");
+        assert!(
+            maxconn <= usable / 2 && maxconn + 64 >= usable / 2,
+            "limit {nofile}: maxconn {maxconn}"
+        );
+    }
+    let pinned = HaproxyOpts {
+        nofile: Some(4_096),
+        maxconn: Some(10_000),
+        ..HaproxyOpts::default()
+    };
+    let Err(refused) = Haproxy::start([nowhere; 2], &pinned).await else {
+        panic!("10,000 pinned connections under 4,096 descriptors started");
+    };
+    assert!(
+        refused.to_string().contains("Cannot raise FD limit"),
+        "{refused}"
+    );
+}
+
+/// This process's hard `RLIMIT_NOFILE` (`/proc/self/limits`).
+fn hard_nofile() -> u64 {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let hard = line.split_whitespace().nth(4).unwrap();
+    hard.parse().unwrap_or(u64::MAX)
 }
 
 /// Two instances and HAProxy in front of them.
@@ -206,6 +271,7 @@ impl Pool {
         let opts = HaproxyOpts {
             agent_inter: AGENT_INTER,
             check_inter: AGENT_INTER,
+            ..HaproxyOpts::default()
         };
         let lb = Haproxy::start([backend(&h.server), backend(&b)], &opts)
             .await
