@@ -1,8 +1,10 @@
 //! `callgate serve` as an operator runs it: a real process, configured by a
-//! file, reloaded by SIGHUP and drained by SIGTERM — one test binary (each
+//! file (or the container image's command line), reloaded by SIGHUP and
+//! drained by SIGTERM — one test binary (each
 //! links the server, the simulators and the load tool).
 #![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
 mod drain;
+mod image;
 mod owner;
 mod reload;
