@@ -11,18 +11,21 @@ use std::path::Path;
 use std::time::Duration;
 
 use figment::Figment;
-use figment::providers::{Env, Format, Serialized, Toml};
+use figment::providers::{Format, Serialized, Toml};
 use reconnect::ReconnectPolicy;
 use serde::{Deserialize, Serialize};
 
 mod agent;
 mod drain;
+mod env;
+mod exposure;
 mod ledger;
 mod ownership;
 mod receipt;
 mod sip;
 pub use agent::AgentConfig;
 pub use drain::{DrainConfig, DrainPolicy};
+pub use exposure::Exposure;
 pub use ledger::{LedgerConfig, PressureConfig};
 pub use ownership::OwnershipConfig;
 pub use receipt::{MAX_LABEL_KEY_BYTES, MAX_LABEL_VALUE_BYTES, ReceiptConfig, RetentionConfig};
@@ -485,10 +488,18 @@ impl Default for LogConfig {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// The message carries figment's (key and source included), so it is
+    /// not also a `source`: `{:#}` would say it twice.
     #[error("cannot load configuration: {0}")]
-    Load(#[from] Box<figment::Error>),
+    Load(Box<figment::Error>),
     #[error("invalid configuration: {0}")]
     Invalid(String),
+}
+
+impl From<Box<figment::Error>> for ConfigError {
+    fn from(e: Box<figment::Error>) -> Self {
+        ConfigError::Load(e)
+    }
 }
 
 impl Config {
@@ -517,14 +528,11 @@ impl Config {
             }
             fig = fig.merge(Toml::file(p));
         }
-        fig = fig.merge(
-            Env::prefixed("CALLGATE_")
-                .split("__")
-                .ignore(&["database_url"]),
-        );
-        if let Ok(url) = std::env::var("CALLGATE_DATABASE_URL") {
-            fig = fig.merge(Serialized::default("database.url", url));
-        }
+        // Names or values that are not Unicode cannot be configuration: skipped
+        // (`std::env::vars` would panic on them).
+        let vars = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+        fig = env::merge(fig, vars);
         let cfg: Config = fig.extract().map_err(Box::new)?;
         cfg.validate()?;
         Ok(cfg)

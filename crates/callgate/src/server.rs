@@ -86,8 +86,7 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
     let listener = TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
     let stop_http = CancellationToken::new();
-    warn_if_admin_is_loopback_only(addr, &app.cfg());
-    warn_if_ingress_is_open(addr, &app.cfg());
+    warn_about_exposures(&app.cfg());
     // The peer address reaches the handlers: while no admin token is set,
     // `/admin/*` serves loopback peers only (see `http::admin_allowed`).
     let carriers = Arc::new(crate::carrier::Carriers::default());
@@ -136,29 +135,11 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
     })
 }
 
-/// A listener reachable from other hosts with no admin token: the admin
-/// endpoints refuse every non-loopback request, which an operator should
-/// hear about once rather than discover through 401s.
-fn warn_if_admin_is_loopback_only(addr: SocketAddr, cfg: &Config) {
-    let no_token = cfg.server.admin_token.as_deref().is_none_or(str::is_empty);
-    if no_token && !addr.ip().to_canonical().is_loopback() {
-        warn!(
-            %addr,
-            "server.admin_token is not set: /admin/* accepts requests from loopback only until it is"
-        );
-    }
-}
-
-/// Ingresses that accept calls from anyone who can reach the listener:
-/// said loudly at startup (docs/design.md, "Closed by default").
-fn warn_if_ingress_is_open(addr: SocketAddr, cfg: &Config) {
-    let exposed = !addr.ip().to_canonical().is_loopback();
-    let unset = |s: &Option<String>| s.as_deref().is_none_or(str::is_empty);
-    if exposed && unset(&cfg.twilio.auth_token) && unset(&cfg.twilio.shared_key_secret) {
-        warn!(
-            %addr,
-            "neither twilio.auth_token nor twilio.shared_key_secret is set: /v1/media-stream accepts unsigned streams from anyone who can reach this listener"
-        );
+/// Every surface the configuration opens to other hosts, said loudly once
+/// at startup (docs/design.md, "Closed by default"; `config::exposure`).
+fn warn_about_exposures(cfg: &Config) {
+    for e in cfg.exposures() {
+        warn!(addr = %e.addr, key = e.key, "{}", e.message);
     }
     if cfg.partners.is_empty() {
         tracing::info!(

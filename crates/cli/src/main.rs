@@ -34,6 +34,11 @@ enum Cmd {
         /// Configuration file (see config/callgate.toml for every key).
         #[arg(long, short, env = "CALLGATE_CONFIG")]
         config: Option<PathBuf>,
+        /// Load and validate the configuration (file + environment), print
+        /// every surface it leaves open to other hosts, and exit without
+        /// serving: 0 when valid, 1 when not.
+        #[arg(long)]
+        check: bool,
     },
     /// Run the provider simulators (STT, TTS, dialog + tools) on local ports.
     Sim(sim::SimArgs),
@@ -61,7 +66,14 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async move {
         match cli.cmd {
-            Cmd::Serve { config } => serve(config).await,
+            Cmd::Serve {
+                config,
+                check: false,
+            } => serve(config).await,
+            Cmd::Serve {
+                config,
+                check: true,
+            } => check(config),
             Cmd::Sim(args) => sim::run(args).await,
             Cmd::Load(args) => {
                 logging::init("text", "warn");
@@ -79,6 +91,27 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `serve --check`: what `serve` would start with, said on stdout.
+fn check(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let cfg = callgate::config::Config::load(config.as_deref())?;
+    let exposures = cfg.exposures();
+    for e in &exposures {
+        println!(
+            "warning: {} ({}; close it with {})",
+            e.message, e.addr, e.key
+        );
+    }
+    println!(
+        "configuration valid: {} ({} warning{})",
+        config
+            .as_deref()
+            .map_or("embedded defaults".into(), |p| p.display().to_string()),
+        exposures.len(),
+        if exposures.len() == 1 { "" } else { "s" }
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn serve(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {

@@ -60,12 +60,6 @@ pub async fn start(
 ) -> std::io::Result<Responder> {
     let listener = TcpListener::bind(cfg.listen).await?;
     let addr = listener.local_addr()?;
-    if !addr.ip().to_canonical().is_loopback() {
-        warn!(
-            %addr,
-            "agent.listen is reachable from other hosts: anyone who can connect learns this instance's load and drain state"
-        );
-    }
     let limits = Limits {
         slots: Arc::new(Semaphore::new(cfg.max_connections)),
         timeout: ms(cfg.timeout_ms),

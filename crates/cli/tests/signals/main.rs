@@ -4,6 +4,7 @@
 //! links the server, the simulators and the load tool).
 #![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
+mod check;
 mod drain;
 mod image;
 mod owner;

@@ -57,7 +57,6 @@ impl SipServer {
         let addr = udp.local_addr()?;
         let local_ip = cfg.advertise_ip.unwrap_or(addr.ip());
         let ports = RtpPorts::new(addr.ip(), cfg.rtp_port_min, cfg.rtp_port_max);
-        warn_if_open(&cfg, addr);
         let capacity = app.gate.snapshot().capacity;
         if (ports.total() as u64) < u64::from(capacity) {
             warn!(
@@ -123,15 +122,6 @@ async fn bind_pair(listen: SocketAddr) -> std::io::Result<(UdpSocket, TcpListene
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("no port")))
-}
-
-fn warn_if_open(cfg: &crate::config::SipConfig, addr: SocketAddr) {
-    if cfg.trusted_peers.is_empty() && !addr.ip().to_canonical().is_loopback() {
-        warn!(
-            %addr,
-            "sip.trusted_peers is empty: any host that can reach this SIP listener can place calls (set it to your carriers' / proxies' addresses)"
-        );
-    }
 }
 
 struct Server {
