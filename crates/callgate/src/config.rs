@@ -70,8 +70,14 @@ pub struct Config {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServerConfig {
-    /// HTTP/WebSocket listener (media streams, health, metrics, admin).
+    /// HTTP/WebSocket listener (media streams, health; metrics and admin too
+    /// unless `admin_listen` is set).
     pub listen: SocketAddr,
+    /// A second listener for the operator surface (`/metrics`, `/admin/*`,
+    /// receipts). When set, `listen` serves only the upgrades and the
+    /// probes, so a firewall or NetworkPolicy can open the two to different
+    /// peers.
+    pub admin_listen: Option<SocketAddr>,
     /// This instance's name: the owner recorded in the session ledger.
     pub instance: String,
     /// When set, `/admin/*` requires `Authorization: Bearer <token>` from every
@@ -83,6 +89,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            admin_listen: None,
             instance: default_instance(),
             admin_token: None,
         }
@@ -548,6 +555,9 @@ impl Config {
             return bad(
                 "database.writers must be below database.pool_size (setup needs connections too)",
             );
+        }
+        if self.server.admin_listen == Some(self.server.listen) && self.server.listen.port() != 0 {
+            return bad("server.admin_listen must differ from server.listen");
         }
         if self.admission.queue_timeout_ms == 0 && self.admission.queue_max > 0 {
             return bad("admission.queue_timeout_ms must be positive when queue_max > 0");

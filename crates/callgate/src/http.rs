@@ -25,8 +25,39 @@ use crate::carrier::Carriers;
 use crate::drain;
 use crate::metrics as m;
 
-/// All routes.
+/// Every route on one listener (`server.admin_listen` unset).
 pub fn router(app: Arc<App>, carriers: &Carriers) -> Router {
+    Router::new()
+        .merge(carriers.routes().with_state(Arc::clone(&app.call)))
+        .merge(operator_only(&app))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(app)
+}
+
+/// What `server.listen` serves when the admin surface has its own
+/// listener: the carrier and partner upgrades and the two probes — nothing
+/// an operator reads or changes.
+pub fn public_router(app: Arc<App>, carriers: &Carriers) -> Router {
+    Router::new()
+        .merge(carriers.routes().with_state(Arc::clone(&app.call)))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(app)
+}
+
+/// What `server.admin_listen` serves: `/metrics`, `/admin/*` and receipts
+/// (behind the same guard as on a shared listener), and the probes.
+pub fn operator_router(app: Arc<App>) -> Router {
+    Router::new()
+        .merge(operator_only(&app))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(app)
+}
+
+/// `/metrics`, and `/admin/*` with receipts behind [`admin_guard`].
+fn operator_only(app: &Arc<App>) -> Router<Arc<App>> {
     let admin = Router::new()
         .route("/admin/status", get(status))
         // A receipt is admin data: the same guard as `/admin/*`.
@@ -35,17 +66,10 @@ pub fn router(app: Arc<App>, carriers: &Carriers) -> Router {
         .route("/admin/drain", post(start_drain))
         .route("/admin/undrain", post(undrain))
         .route("/admin/audit", get(crate::audit_http::get_audit))
-        .route_layer(middleware::from_fn_with_state(
-            Arc::clone(&app),
-            admin_guard,
-        ));
+        .route_layer(middleware::from_fn_with_state(Arc::clone(app), admin_guard));
     Router::new()
-        .merge(carriers.routes().with_state(Arc::clone(&app.call)))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics_text))
         .merge(admin)
-        .with_state(app)
 }
 
 /// Liveness: the process serves HTTP. Stays healthy while draining.

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -18,11 +19,13 @@ use crate::{drain, http, metrics};
 pub struct Running {
     /// Where the HTTP/WebSocket listener is bound.
     pub addr: SocketAddr,
+    /// Where the operator listener is bound, when `server.admin_listen` is set.
+    pub admin_addr: Option<SocketAddr>,
     pub app: Arc<App>,
     /// What the carriers keep (the partner resume registry).
     pub carriers: Arc<crate::carrier::Carriers>,
     stop_http: CancellationToken,
-    http: JoinHandle<std::io::Result<()>>,
+    http: Vec<JoinHandle<std::io::Result<()>>>,
     background: CancellationToken,
     writers: state_store::WriterTasks,
     refusal_writer: JoinHandle<()>,
@@ -83,21 +86,40 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
         snap.capacity,
         snap.decided_by
     );
-    let listener = TcpListener::bind(listen).await?;
+    let listener = TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding server.listen {listen}"))?;
     let addr = listener.local_addr()?;
+    let admin_listener = match app.cfg().server.admin_listen {
+        Some(a) => Some(
+            TcpListener::bind(a)
+                .await
+                .with_context(|| format!("binding server.admin_listen {a}"))?,
+        ),
+        None => None,
+    };
+    let admin_addr = admin_listener
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()?;
     let stop_http = CancellationToken::new();
     warn_about_exposures(&app.cfg());
-    // The peer address reaches the handlers: while no admin token is set,
-    // `/admin/*` serves loopback peers only (see `http::admin_allowed`).
     let carriers = Arc::new(crate::carrier::Carriers::default());
-    let router = http::router(Arc::clone(&app), &carriers)
-        .into_make_service_with_connect_info::<SocketAddr>();
-    let stop = stop_http.clone();
-    let http = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await
-    });
+    let http = match admin_listener {
+        None => vec![serve_http(
+            listener,
+            http::router(Arc::clone(&app), &carriers),
+            &stop_http,
+        )],
+        Some(admin) => vec![
+            serve_http(
+                listener,
+                http::public_router(Arc::clone(&app), &carriers),
+                &stop_http,
+            ),
+            serve_http(admin, http::operator_router(Arc::clone(&app)), &stop_http),
+        ],
+    };
     tokio::spawn(crate::retention::run(Arc::clone(&app), background.clone()));
     tokio::spawn(crate::reconcile::task::run(
         Arc::clone(&app),
@@ -119,9 +141,10 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
     } else {
         None
     };
-    info!(%addr, instance = %app.instance(), "callgate listening");
+    info!(%addr, admin = ?admin_addr, instance = %app.instance(), "callgate listening");
     Ok(Running {
         addr,
+        admin_addr,
         app,
         carriers,
         stop_http,
@@ -132,6 +155,23 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
         sip,
         agent_addr: agent.as_ref().map(|a| a.addr),
         agent,
+    })
+}
+
+/// Serves `router` on `listener` until `stop`. The peer address reaches the
+/// handlers: while no admin token is set, `/admin/*` serves loopback peers
+/// only (see `http::admin_allowed`).
+fn serve_http(
+    listener: TcpListener,
+    router: axum::Router,
+    stop: &CancellationToken,
+) -> JoinHandle<std::io::Result<()>> {
+    let stop = stop.clone();
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    tokio::spawn(async move {
+        axum::serve(listener, service)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
     })
 }
 
@@ -208,7 +248,11 @@ impl Running {
         if tasks_left {
             warn!("call tasks still running after the drain");
         }
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.http).await;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            futures_util::future::join_all(self.http),
+        )
+        .await;
         let _ = tokio::time::timeout(Duration::from_secs(10), self.refusal_writer).await;
         let report = self.writers.drain(Duration::from_secs(10)).await;
         info!(report = ?report, "write-behind queue flushed");

@@ -320,3 +320,54 @@ async fn admin_endpoints_are_closed_to_remote_peers_without_the_token() {
     h.assert_all_closed().await;
     h.stop().await;
 }
+
+/// `GET http://{addr}{path}`: status and body.
+async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let resp = reqwest::get(format!("http://{addr}{path}")).await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_listener_takes_the_operator_surface_off_the_public_one() {
+    let h = Harness::start(SimConfig::default(), |c| {
+        c.server.admin_listen = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    let public = h.server.addr;
+    let operator = h.server.admin_addr.expect("admin_listen was set");
+    assert_ne!(public, operator);
+
+    // The public listener: calls and probes, nothing an operator reads.
+    let served = callgate_load::run(load(&h, 1, 1)).await;
+    assert!(
+        served.calls[0].outcome.is_served(),
+        "{:#?}",
+        served.calls[0]
+    );
+    for path in [
+        "/admin/status",
+        "/metrics",
+        "/admin/audit",
+        "/v1/sessions/x",
+    ] {
+        assert_eq!(
+            get(public, path).await.0,
+            404,
+            "{path} on the public listener"
+        );
+    }
+    assert_eq!(get(public, "/readyz").await.0, 200);
+
+    // The operator listener: metrics, admin (same guard), probes; no upgrades.
+    let (status, metrics) = get(operator, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("callgate_calls_admitted_total"),
+        "{metrics}"
+    );
+    let (status, body) = get(operator, "/admin/status").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(get(operator, "/healthz").await.0, 200);
+    assert_eq!(get(operator, "/v1/media-stream").await.0, 404);
+}

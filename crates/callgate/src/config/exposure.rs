@@ -32,10 +32,11 @@ impl Config {
     pub fn exposures(&self) -> Vec<Exposure> {
         let mut out = Vec::new();
         let http = self.server.listen;
-        if exposed(http) && unset(&self.server.admin_token) {
+        let admin = self.server.admin_listen.unwrap_or(http);
+        if exposed(admin) && unset(&self.server.admin_token) {
             out.push(Exposure {
                 key: "server.admin_token",
-                addr: http,
+                addr: admin,
                 message: "server.admin_token is not set: /admin/* accepts requests from loopback only until it is",
             });
         }
@@ -95,5 +96,20 @@ mod tests {
         assert_eq!(keys(&cfg), ["agent.listen"]);
         cfg.server.admin_token = Some(String::new());
         assert_eq!(keys(&cfg), ["server.admin_token", "agent.listen"]);
+    }
+
+    #[test]
+    fn a_loopback_admin_listener_needs_no_token_but_a_reachable_one_does() {
+        let mut cfg = Config::default();
+        cfg.twilio.auth_token = Some("t".into());
+        cfg.server.admin_listen = Some("127.0.0.1:8081".parse().unwrap());
+        assert_eq!(keys(&cfg), Vec::<&str>::new());
+        cfg.server.admin_listen = Some("0.0.0.0:8081".parse().unwrap());
+        let open = cfg.exposures();
+        assert_eq!(open.len(), 1);
+        assert_eq!(
+            (open[0].key, open[0].addr.port()),
+            ("server.admin_token", 8081)
+        );
     }
 }
