@@ -525,6 +525,23 @@ impl Config {
 
     /// Loads `path` (if given), then the environment, then validates.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        // Names or values that are not Unicode cannot be configuration: skipped
+        // (`std::env::vars` would panic on them).
+        let vars = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+        Self::load_with_env(path, vars)
+    }
+
+    /// [`Config::load`] with `vars` (name, value) as the environment: what a
+    /// process started with exactly those variables would load (a manifest
+    /// test checks a pod's configuration this way).
+    ///
+    /// # Errors
+    /// As [`Config::load`].
+    pub fn load_with_env(
+        path: Option<&Path>,
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
         let mut fig = Figment::from(Serialized::defaults(Config::default()));
         if let Some(p) = path {
             if !p.exists() {
@@ -535,10 +552,6 @@ impl Config {
             }
             fig = fig.merge(Toml::file(p));
         }
-        // Names or values that are not Unicode cannot be configuration: skipped
-        // (`std::env::vars` would panic on them).
-        let vars = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
         fig = env::merge(fig, vars);
         let cfg: Config = fig.extract().map_err(Box::new)?;
         cfg.validate()?;

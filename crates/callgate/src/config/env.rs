@@ -8,7 +8,8 @@
 //! exactly as written instead.
 
 use figment::Figment;
-use figment::providers::{Env, Serialized};
+use figment::providers::Serialized;
+use figment::value::Value;
 
 const PREFIX: &str = "CALLGATE_";
 
@@ -37,17 +38,15 @@ fn verbatim(path: &str) -> bool {
             .is_some_and(|id| !id.contains('.'))
 }
 
-/// Merges the environment (`vars`: name, value) over `fig`. The shortcut
-/// `CALLGATE_DATABASE_URL` is `database.url`, verbatim too.
+/// Merges the environment (`vars`: name, value) over `fig`, as figment's
+/// `Env` provider would (values parsed as TOML-ish, `__` nesting, keys
+/// lowercased) except that [`verbatim`] keys stay strings. The shortcut
+/// `CALLGATE_DATABASE_URL` is `database.url`, verbatim too. Only `vars` is
+/// read, never the process environment, so a caller can load the
+/// configuration of a process it has not started.
 pub(super) fn merge(mut fig: Figment, vars: impl IntoIterator<Item = (String, String)>) -> Figment {
-    fig = fig.merge(
-        Env::prefixed(PREFIX)
-            .split("__")
-            .ignore(&["database_url"])
-            .filter(|k| !verbatim(&path_of(k.as_str()))),
-    );
     for (name, value) in vars {
-        let Some(key) = name.strip_prefix(PREFIX) else {
+        let Some(key) = name.strip_prefix(PREFIX).filter(|k| !k.is_empty()) else {
             continue;
         };
         let path = if key == "DATABASE_URL" {
@@ -55,9 +54,14 @@ pub(super) fn merge(mut fig: Figment, vars: impl IntoIterator<Item = (String, St
         } else {
             path_of(key)
         };
-        if path == "database.url" || verbatim(&path) {
-            fig = fig.merge(Serialized::default(&path, value));
-        }
+        let value = if path == "database.url" || verbatim(&path) {
+            Value::from(value)
+        } else {
+            value
+                .parse::<Value>()
+                .unwrap_or_else(|never| match never {})
+        };
+        fig = fig.merge(Serialized::default(&path, value));
     }
     fig
 }
@@ -96,5 +100,24 @@ mod tests {
         assert_eq!(cfg.twilio.auth_token.as_deref(), Some("true"));
         assert_eq!(cfg.partners["acme"].key_sha256, digest);
         assert_eq!(cfg.database.url, "postgres://db/callgate");
+    }
+
+    #[test]
+    fn other_values_parse_as_figment_would_and_only_the_given_vars_count() {
+        let vars = [
+            ("CALLGATE_SIP__ENABLED", "true"),
+            ("CALLGATE_SIP__TRUSTED_PEERS", "[192.0.2.10, 192.0.2.11]"),
+            ("CALLGATE_ADMISSION__QUEUE_MAX", "7"),
+            ("CALLGATE_", "ignored: no key"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let fig = Figment::from(Serialized::defaults(super::super::Config::default()));
+        let cfg: super::super::Config = merge(fig, vars).extract().expect("loads");
+        assert!(cfg.sip.enabled);
+        assert_eq!(cfg.sip.trusted_peers.len(), 2);
+        assert_eq!(cfg.admission.queue_max, 7);
+        let fig = Figment::from(Serialized::defaults(super::super::Config::default()));
+        let cfg: super::super::Config = merge(fig, []).extract().expect("loads");
+        assert!(!cfg.sip.enabled, "nothing from the process environment");
     }
 }
