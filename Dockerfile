@@ -38,9 +38,11 @@ COPY config/callgate.toml /etc/callgate/callgate.toml
 # verify it; the same UID/GID the manifests set.
 USER 10001:10001
 # HTTP/WebSocket (media streams, partner streams, /healthz, /readyz, /metrics,
-# /admin); the HAProxy agent; SIP over UDP and TCP; the RTP/RTCP range of
-# [sip] rtp_port_min..rtp_port_max. SIP and the agent are off in the shipped file.
-EXPOSE 8080/tcp 9777/tcp 5060/udp 5060/tcp 20000-29999/udp
+# /admin); the operator surface when server.admin_listen is set (the
+# Kubernetes manifests use 9090); the HAProxy agent; SIP over UDP and TCP; the
+# RTP/RTCP range of [sip] rtp_port_min..rtp_port_max. SIP, the agent and
+# admin_listen are off in the shipped file.
+EXPOSE 8080/tcp 9090/tcp 9777/tcp 5060/udp 5060/tcp 20000-29999/udp
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/callgate"]
 CMD ["serve", "--config", "/etc/callgate/callgate.toml"]
