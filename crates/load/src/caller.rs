@@ -100,6 +100,35 @@ pub struct CallPlan {
     /// A short voiced burst into one bot turn, after which the caller keeps
     /// listening.
     pub cough: Option<CoughPlan>,
+    /// After the last reply, hold the line (silence, nothing owed) until
+    /// [`Cue::HangUp`] instead of hanging up at once.
+    pub hold: bool,
+    /// Hang up while a reply is still owed: this long after the given
+    /// utterance (1-based) was spoken (a caller who gives up on a slow tool).
+    pub leave: Option<Leave>,
+}
+
+/// Hanging up while a reply is owed ([`CallPlan::leave`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leave {
+    /// The utterance (1-based) whose reply the caller stops waiting for.
+    pub after_utterance: usize,
+    /// How long after that utterance ended.
+    pub delay: Duration,
+}
+
+/// What a driver can tell a caller from outside its script (a drill's
+/// orchestrator): the caller's own clock does not know when a staircase
+/// step activates its silent callers or ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cue {
+    /// Start the next cued utterance now (after its think pause). Ignored
+    /// unless the caller is waiting for a cue.
+    Speak,
+    /// Hang up (`stop`, then close), whatever the call is doing.
+    HangUp,
+    /// Vanish: close the TCP connection with no `stop` and no close frame.
+    Drop,
 }
 
 /// One caller turn: a pause after the bot finished, then speech.
@@ -107,6 +136,9 @@ pub struct CallPlan {
 pub struct TurnPlan {
     pub think: Duration,
     pub speech_ms: u32,
+    /// Wait for [`Cue::Speak`] before the think pause (a silent caller
+    /// activated from outside); the caller holds the line until then.
+    pub cued: bool,
 }
 
 /// A frame for the driver to put on the socket.
@@ -118,6 +150,8 @@ pub enum Transmit {
     Binary(Vec<u8>),
     /// Close the socket (after sending everything before it).
     Close,
+    /// Drop the connection without a closing handshake ([`Cue::Drop`]).
+    Drop,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,6 +204,13 @@ enum Stage {
         next: usize,
         until: Duration,
     },
+    /// Holding the line silently until [`Cue::Speak`] starts utterance
+    /// `next` (0-based). Nothing is owed.
+    Cued {
+        next: usize,
+    },
+    /// The script is done; holding the line until [`Cue::HangUp`].
+    Holding,
     Speaking {
         utterance: usize,
         audio: Vec<u8>,
@@ -186,6 +227,7 @@ enum Timer {
     // silence deadline is echoed first.
     Mark,
     Silence,
+    Leave,
     Deadline,
     Frame,
 }
@@ -418,6 +460,50 @@ impl Caller {
     /// Time has passed; fire whatever is due.
     pub fn handle_timeout(&mut self, now: Duration) {
         self.advance(now);
+    }
+
+    /// A cue from outside the script (see [`Cue`]).
+    pub fn handle_cue(&mut self, now: Duration, cue: Cue) {
+        self.advance(now);
+        if !self.is_live() {
+            return;
+        }
+        match cue {
+            Cue::Speak => {
+                if let Stage::Cued { next } = self.stage {
+                    let think = self
+                        .plan
+                        .turns
+                        .get(next)
+                        .map_or(Duration::ZERO, |t| t.think);
+                    self.stage = Stage::Thinking {
+                        next,
+                        until: now + think,
+                    };
+                }
+            }
+            Cue::HangUp => {
+                let phase = self.phase_label();
+                let reason = format!("caller hung up when cued while {phase}");
+                let outcome = if matches!(self.stage, Stage::Holding) {
+                    Outcome::Completed
+                } else {
+                    Outcome::LeftEarly { phase }
+                };
+                self.hang_up(now, outcome, reason);
+            }
+            Cue::Drop => {
+                let reason = format!("caller dropped the connection while {}", self.phase_label());
+                self.outbox.push_back(Transmit::Drop);
+                self.finish(now, Outcome::Dropped, reason);
+            }
+        }
+    }
+
+    /// Waiting for [`Cue::Speak`] or [`Cue::HangUp`]: the script cannot go
+    /// on by itself.
+    pub fn awaits_cue(&self) -> bool {
+        matches!(self.stage, Stage::Cued { .. } | Stage::Holding)
     }
 
     // ---- outputs -------------------------------------------------------

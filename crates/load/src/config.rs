@@ -246,6 +246,7 @@ impl LoadConfig {
             .map(|_| TurnPlan {
                 think: Duration::from_millis(u64::from(draw(&mut rng, self.think_ms))),
                 speech_ms: draw(&mut rng, self.utterance_ms),
+                cued: false,
             })
             .collect();
         CallPlan {
@@ -265,6 +266,8 @@ impl LoadConfig {
                 .barge_in_at_ms
                 .map(|ms| Duration::from_millis(u64::from(ms))),
             cough: self.cough_plan(),
+            hold: false,
+            leave: None,
         }
     }
 }

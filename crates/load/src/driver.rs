@@ -11,7 +11,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tokio_tungstenite::tungstenite::Message;
 use tracing::Instrument;
 
-use crate::caller::{CallPlan, Caller, Transmit, millis};
+use crate::caller::{CallPlan, Caller, Cue, Transmit, millis};
 use crate::connect::{Auth, CallSocket, connect_with};
 use crate::error::LoadError;
 use crate::progress::Progress;
@@ -32,13 +32,37 @@ pub struct Dial {
     pub auth: Auth,
 }
 
+/// How many cues may wait for one caller. A drill sends a caller at most
+/// three (speak, drop or hang up, and a final hang-up); a full queue makes
+/// the sender wait, which only a stuck caller could cause.
+pub const CUE_QUEUE: usize = 4;
+
 /// Places one call and returns what it recorded. Never panics on a bad server.
 pub async fn place_call(plan: CallPlan, dial: &Dial, progress: &Arc<Progress>) -> CallRecord {
-    let span = tracing::info_span!("call", index = plan.index, call_sid = %plan.ids.call);
-    place(plan, dial, progress).instrument(span).await
+    // No sender: the caller follows its script alone.
+    let (_, cues) = tokio::sync::mpsc::channel(1);
+    place_cued_call(plan, dial, progress, cues).await
 }
 
-async fn place(plan: CallPlan, dial: &Dial, progress: &Arc<Progress>) -> CallRecord {
+/// Places one call that also takes [`Cue`]s from outside its script (a
+/// drill's orchestrator). Once every sender is gone the caller runs on its
+/// script (and its call timeout) alone.
+pub async fn place_cued_call(
+    plan: CallPlan,
+    dial: &Dial,
+    progress: &Arc<Progress>,
+    cues: tokio::sync::mpsc::Receiver<Cue>,
+) -> CallRecord {
+    let span = tracing::info_span!("call", index = plan.index, call_sid = %plan.ids.call);
+    place(plan, dial, progress, cues).instrument(span).await
+}
+
+async fn place(
+    plan: CallPlan,
+    dial: &Dial,
+    progress: &Arc<Progress>,
+    mut cues: tokio::sync::mpsc::Receiver<Cue>,
+) -> CallRecord {
     let epoch = Instant::now();
     let call_timeout = plan.call_timeout;
     let mut caller = Caller::new(plan);
@@ -49,7 +73,15 @@ async fn place(plan: CallPlan, dial: &Dial, progress: &Arc<Progress>) -> CallRec
             tracing::debug!("connected");
             let _active = progress.connected();
             caller.handle_open(epoch.elapsed());
-            drive(&mut caller, socket, epoch, call_timeout, progress).await;
+            drive(
+                &mut caller,
+                socket,
+                epoch,
+                call_timeout,
+                progress,
+                &mut cues,
+            )
+            .await;
         }
         Ok(Err(err)) => caller.handle_connect_error(epoch.elapsed(), &err),
         Err(_) => {
@@ -72,12 +104,20 @@ async fn drive(
     epoch: Instant,
     call_timeout: Duration,
     progress: &Progress,
+    cues: &mut tokio::sync::mpsc::Receiver<Cue>,
 ) {
     let stream = caller.ids().stream;
     let mut admitted = false;
+    let mut cued = true;
     loop {
         let close = match flush(caller, &mut socket).await {
-            Ok(close) => close,
+            Ok(Ending::Drop) => {
+                // Vanish: the TCP connection closes with no closing handshake.
+                drop(socket);
+                return;
+            }
+            Ok(Ending::Close) => true,
+            Ok(Ending::None) => false,
             Err(detail) => {
                 let err = LoadError::Socket { stream, detail };
                 caller.handle_socket_error(epoch.elapsed(), &err);
@@ -98,6 +138,10 @@ async fn drive(
         tokio::select! {
             msg = socket.next() => receive(caller, msg, epoch.elapsed()),
             () = sleep_until(wake) => caller.handle_timeout(epoch.elapsed()),
+            cue = cues.recv(), if cued => match cue {
+                Some(cue) => caller.handle_cue(epoch.elapsed(), cue),
+                None => cued = false,
+            },
         }
     }
 }
@@ -128,18 +172,27 @@ fn receive(caller: &mut Caller, msg: Incoming, now: Duration) {
     }
 }
 
-/// Sends everything the caller queued. `Ok(true)` when it asked to close.
-async fn flush(caller: &mut Caller, socket: &mut CallSocket) -> Result<bool, String> {
+/// What the caller asked for after its frames.
+enum Ending {
+    None,
+    Close,
+    Drop,
+}
+
+/// Sends everything the caller queued, and says whether it asked to close
+/// or to drop the connection.
+async fn flush(caller: &mut Caller, socket: &mut CallSocket) -> Result<Ending, String> {
     let mut frames = Vec::new();
-    let mut close = false;
+    let mut close = Ending::None;
     while let Some(tx) = caller.poll_transmit() {
         match tx {
             Transmit::Text(text) => frames.push(Message::text(text)),
             Transmit::Binary(bytes) => frames.push(Message::binary(bytes)),
             Transmit::Close => {
-                close = true;
+                close = Ending::Close;
                 break;
             }
+            Transmit::Drop => return Ok(Ending::Drop),
         }
     }
     if frames.is_empty() {

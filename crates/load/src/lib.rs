@@ -103,7 +103,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 pub use arrival::Arrival;
-pub use caller::{CallPlan, Caller, CoughPlan, MAX_FRAME_LAG, Transmit, TurnPlan};
+pub use caller::{CallPlan, Caller, CoughPlan, Cue, Leave, MAX_FRAME_LAG, Transmit, TurnPlan};
 pub use config::LoadConfig;
 pub use connect::Auth;
 pub use error::{ErrorSource, LoadError};

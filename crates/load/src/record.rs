@@ -54,6 +54,13 @@ pub enum Outcome {
     Unauthorized { status: u16, reason: String },
     /// Dead air longer than the silence threshold while something was owed.
     Silent { phase: String },
+    /// The caller hung up before its script was done, on purpose: told to
+    /// ([`crate::Cue::HangUp`]) or giving up on a reply ([`crate::Leave`]).
+    /// `phase` is what the call was doing. Not a defect of the server.
+    LeftEarly { phase: String },
+    /// The caller vanished on purpose ([`crate::Cue::Drop`]): no `stop`, no
+    /// close frame. Not a defect of the server.
+    Dropped,
 }
 
 impl Outcome {
@@ -99,6 +106,8 @@ impl Outcome {
             Outcome::Failed { .. } => "failed",
             Outcome::Unauthorized { .. } => "unauthorized",
             Outcome::Silent { .. } => "silent",
+            Outcome::LeftEarly { .. } => "left_early",
+            Outcome::Dropped => "dropped",
         }
     }
 }

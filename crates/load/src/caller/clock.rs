@@ -16,6 +16,7 @@ impl Caller {
         [
             (self.playout.next_mark_due(), Timer::Mark),
             (self.silence_deadline(), Timer::Silence),
+            (self.leave_due(), Timer::Leave),
             (Some(self.plan.call_timeout), Timer::Deadline),
             (self.next_frame, Timer::Frame),
         ]
@@ -38,6 +39,11 @@ impl Caller {
                     }
                 }
                 Timer::Silence => self.finish_silent(t),
+                Timer::Leave => {
+                    let phase = self.phase_label();
+                    let reason = format!("caller gave up while {phase}");
+                    self.hang_up(t, Outcome::LeftEarly { phase }, reason);
+                }
                 Timer::Deadline => {
                     let phase = self.phase_label();
                     let reason = format!("call_timeout after {} ms while {phase}", millis(t));
@@ -51,6 +57,19 @@ impl Caller {
                 }
                 Timer::Frame => self.send_frame(t, now),
             }
+        }
+    }
+
+    /// When a [`super::Leave`] plan hangs up: only while the reply to its
+    /// utterance is still owed.
+    fn leave_due(&self) -> Option<Duration> {
+        let leave = self.plan.leave?;
+        match self.stage {
+            Stage::AwaitBot {
+                turn: BotTurn::Reply(n),
+                ..
+            } if n == leave.after_utterance => Some(self.speech_ended_at + leave.delay),
+            _ => None,
         }
     }
 

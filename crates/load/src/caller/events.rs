@@ -239,12 +239,14 @@ impl Caller {
             }
         };
         match self.plan.turns.get(done) {
+            Some(next) if next.cued => self.stage = Stage::Cued { next: done },
             Some(next) => {
                 self.stage = Stage::Thinking {
                     next: done,
                     until: t + next.think,
                 }
             }
+            None if self.plan.hold => self.stage = Stage::Holding,
             None => {
                 let reason = format!("caller hung up after {done} answered utterances");
                 self.hang_up(t, Outcome::Completed, reason);

@@ -63,6 +63,8 @@ impl Caller {
                 }
             }
             Stage::Thinking { next, .. } => format!("thinking_{}", next + 1),
+            Stage::Cued { next } => format!("awaiting_cue_{}", next + 1),
+            Stage::Holding => "holding".into(),
             Stage::Speaking { utterance, .. } => format!("utterance_{}", utterance + 1),
             Stage::Terminal(term) if term.echoed => format!("{}_close", term.kind.name()),
             Stage::Terminal(term) => format!("{}_prompt", term.kind.name()),

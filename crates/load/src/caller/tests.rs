@@ -13,6 +13,7 @@ use crate::partner_wire::PartnerFormat;
 use crate::record::Prompt;
 use crate::transport;
 
+mod cues;
 mod endings;
 mod heard;
 mod interaction;
@@ -61,6 +62,7 @@ impl Harness {
                 .map(|&(think, speech_ms)| TurnPlan {
                     think: ms(think),
                     speech_ms,
+                    cued: false,
                 })
                 .collect(),
             silence_threshold: Duration::from_secs(3),
@@ -69,6 +71,8 @@ impl Harness {
             protocol,
             barge_in_at: None,
             cough: None,
+            hold: false,
+            leave: None,
         };
         Harness {
             caller: Caller::new(plan),
@@ -94,7 +98,7 @@ impl Harness {
                     self.binary.push((self.now, bytes));
                     Some(v)
                 }
-                Transmit::Close => None,
+                Transmit::Close | Transmit::Drop => None,
             };
             self.sent.push((self.now, v));
         }

@@ -1,0 +1,123 @@
+//! Cues from outside the script (a drill's orchestrator): a cued utterance
+//! waits for `Speak` while the line is held and nothing is owed; a holding
+//! caller hangs up only when told; `Leave` gives up on an owed reply; `Drop`
+//! vanishes with no `stop`.
+
+use super::*;
+
+fn cued(mut h: Harness) -> Harness {
+    for t in &mut h.caller.plan.turns {
+        t.cued = true;
+    }
+    h
+}
+
+#[test]
+fn a_cued_caller_holds_silently_until_told_to_speak_and_is_never_silent() {
+    let mut h = cued(Harness::new(&[(100, 400)]));
+    h.caller.plan.hold = true;
+    h.open(ms(0));
+    h.audio(ms(50), 500);
+    h.mark(ms(50), "turn-1");
+    // Well past the 3 s silence threshold: nothing is owed while cued.
+    h.run_until(ms(20_000));
+    assert!(h.caller.is_live(), "{:?}", h.caller.outcome());
+    assert!(h.caller.awaits_cue());
+    assert_eq!(h.caller.phase_label(), "awaiting_cue_1");
+    assert!(
+        h.events("media").len() > 900,
+        "the line stays open with silence"
+    );
+    h.caller.handle_cue(ms(20_000), Cue::Speak);
+    let end = h.run_until_speech_ends(ms(25_000));
+    assert_eq!(
+        end,
+        ms(20_100 + 380),
+        "think 100 ms after the cue, then 400 ms"
+    );
+    h.audio(end + ms(300), 200);
+    h.mark(end + ms(300), "turn-2");
+    h.run_until(end + ms(30_000));
+    assert!(h.caller.is_live(), "holding after the script");
+    assert_eq!(h.caller.phase_label(), "holding");
+    h.caller.handle_cue(end + ms(30_000), Cue::HangUp);
+    h.drain();
+    assert!(h.ended_with_stop_and_close());
+    let r = h.record();
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(r.reply_latency_ms, [300]);
+    assert!(r.max_owed_silence_ms <= 300, "{}", r.max_owed_silence_ms);
+}
+
+#[test]
+fn speak_is_ignored_unless_a_cue_is_awaited() {
+    let mut h = Harness::new(&[(100, 400)]);
+    h.open(ms(0));
+    h.caller.handle_cue(ms(10), Cue::Speak);
+    assert_eq!(h.caller.phase_label(), "greeting");
+    h.audio(ms(50), 500);
+    h.mark(ms(50), "turn-1");
+    let end = h.run_until_speech_ends(ms(5_000));
+    // The greeting ends at 550, the think pause at 650; speech starts with
+    // the frame after it (660) and lasts 400 ms.
+    assert_eq!(end, ms(660 + 380), "the think pause was not cut short");
+}
+
+#[test]
+fn hanging_up_before_the_script_is_done_is_leaving_early() {
+    let mut h = Harness::new(&[(100, 400), (100, 400)]);
+    h.open(ms(0));
+    h.caller.handle_cue(ms(10), Cue::HangUp);
+    h.drain();
+    assert!(h.ended_with_stop_and_close());
+    let r = h.record();
+    assert_eq!(
+        r.outcome,
+        Outcome::LeftEarly {
+            phase: "greeting".into()
+        }
+    );
+    assert!(!r.outcome.is_failure());
+}
+
+#[test]
+fn a_caller_who_leaves_gives_up_on_the_owed_reply_at_its_delay() {
+    let mut h = Harness::new(&[(100, 400)]);
+    h.caller.plan.leave = Some(Leave {
+        after_utterance: 1,
+        delay: ms(1_500),
+    });
+    h.open(ms(0));
+    h.audio(ms(50), 500);
+    h.mark(ms(50), "turn-1");
+    let end = h.run_until_speech_ends(ms(5_000));
+    h.run_until(end + ms(1_000));
+    assert!(h.caller.is_live());
+    h.run_until(end + ms(2_000));
+    assert!(h.ended_with_stop_and_close());
+    let r = h.record();
+    assert_eq!(
+        r.outcome,
+        Outcome::LeftEarly {
+            phase: "reply_1".into()
+        }
+    );
+    assert_eq!(r.duration_ms, millis(end + ms(1_500)), "{r:?}");
+    assert_eq!(r.replies_heard, 0);
+}
+
+#[test]
+fn a_dropped_caller_sends_no_stop_and_asks_for_no_close_handshake() {
+    let mut h = Harness::new(&[(100, 400)]);
+    h.open(ms(0));
+    h.audio(ms(50), 500);
+    h.caller.handle_cue(ms(60), Cue::Drop);
+    let mut last = None;
+    while let Some(tx) = h.caller.poll_transmit() {
+        last = Some(tx);
+    }
+    assert_eq!(last, Some(Transmit::Drop));
+    assert!(h.events("stop").is_empty());
+    assert!(h.caller.is_done());
+    assert_eq!(h.record().outcome, Outcome::Dropped);
+}
