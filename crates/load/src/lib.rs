@@ -58,6 +58,14 @@
 //! other reason is the bot's own ([`Outcome::Transferred`],
 //! [`Outcome::EndedByBot`]).
 //!
+//! A conductor (a drill) can steer a caller from outside its script
+//! ([`driver::place_cued_call`], [`Cue`]): a cued utterance
+//! ([`TurnPlan::cued`]) waits for `Speak` while the line is held in
+//! silence, nothing owed; a holding caller ([`CallPlan::hold`]) stays on
+//! after its script until `HangUp`; `Drop` vanishes with no `stop` and no
+//! close frame; a [`Leave`] plan gives up on an owed reply. Those endings
+//! are [`Outcome::LeftEarly`] and [`Outcome::Dropped`], never failures.
+//!
 //! How to drive it:
 //!
 //! ```no_run
