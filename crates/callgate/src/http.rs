@@ -61,6 +61,7 @@ fn operator_only(app: &Arc<App>) -> Router<Arc<App>> {
     let admin = Router::new()
         .route("/admin/status", get(status))
         // A receipt is admin data: the same guard as `/admin/*`.
+        .route("/v1/sessions", get(crate::sessions::lookup))
         .route("/v1/sessions/{id}", get(crate::sessions::session))
         .route("/admin/reload", post(reload))
         .route("/admin/drain", post(start_drain))

@@ -16,6 +16,13 @@
 //! only `call_ledger` and `call_events`, and neither holds any. It never
 //! writes.
 //!
+//! `GET /v1/sessions?carrier_call_id=ID` finds sessions by the id the
+//! carrier gave the call (a Twilio CallSid, a SIP Call-ID, a partner's call
+//! id): `{"sessions": [...], "truncated": bool}`, oldest admission first,
+//! each entry the session id, ingress, owner, admission time, end reason and
+//! cleanup status — at most [`MAX_LOOKUP`] of them. The id must be 1 to
+//! [`MAX_CARRIER_ID`] bytes; any other query key is a `400`.
+//!
 //! Timestamps are given twice: as RFC 3339 UTC (`at`) and as the offset
 //! from admission in milliseconds (`offset_ms`). Every timestamp of one
 //! call is derived from one monotonic clock anchored at admission
@@ -43,6 +50,12 @@ const OPENING_KEYS: [&str; 4] = ["transport", "labels", "labels_truncated", "pro
 pub const DEFAULT_EVENTS: u32 = 1_000;
 /// The largest `events_limit` accepted.
 pub const MAX_EVENTS: u32 = 10_000;
+
+/// The most sessions one carrier-id lookup returns.
+pub const MAX_LOOKUP: u32 = 20;
+/// The longest carrier call id looked up (SIP Call-IDs are the longest
+/// seen; the ingresses cap what they record well below this).
+pub const MAX_CARRIER_ID: usize = 256;
 
 /// Which events one answer carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +151,101 @@ async fn answer(app: &App, id: &str, query: Option<&str>) -> (StatusCode, Respon
         }
         Err(e) => unavailable(e),
     }
+}
+
+/// The lookup handler: `GET /v1/sessions?carrier_call_id=ID`.
+pub async fn lookup(State(app): State<Arc<App>>, RawQuery(query): RawQuery) -> Response {
+    let (status, body) = match carrier_call_id(query.as_deref()) {
+        Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n").into_response()),
+        Ok(id) => find(&app, &id).await,
+    };
+    metrics::counter!(m::SESSION_READS, "status" => status.as_str().to_string()).increment(1);
+    (status, body).into_response()
+}
+
+async fn find(app: &App, id: &str) -> (StatusCode, Response) {
+    match app
+        .call
+        .store
+        .ledger_by_carrier_call(id, MAX_LOOKUP + 1)
+        .await
+    {
+        Ok(mut rows) => {
+            let truncated = rows.len() > MAX_LOOKUP as usize;
+            rows.truncate(MAX_LOOKUP as usize);
+            let sessions: Vec<Value> = rows.iter().map(summary_json).collect();
+            let body = json!({ "sessions": sessions, "truncated": truncated });
+            (StatusCode::OK, Json(body).into_response())
+        }
+        Err(e) => {
+            warn!(carrier_call_id = %id, error = %e, "session lookup could not be read");
+            let msg = "the session ledger is unavailable; retry\n";
+            (StatusCode::SERVICE_UNAVAILABLE, msg.into_response())
+        }
+    }
+}
+
+/// The one key a lookup takes, percent-decoded and bounded.
+fn carrier_call_id(query: Option<&str>) -> Result<String, String> {
+    let mut found = None;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if key != "carrier_call_id" {
+            return Err(format!("unknown query parameter {key:?}"));
+        }
+        if found.is_some() {
+            return Err("carrier_call_id given twice".into());
+        }
+        let decoded =
+            percent_decode(value).ok_or("carrier_call_id is not valid percent-encoding")?;
+        found = Some(decoded);
+    }
+    let id = found.ok_or("carrier_call_id is required (or ask /v1/sessions/{id})")?;
+    if id.is_empty() || id.len() > MAX_CARRIER_ID {
+        return Err(format!(
+            "carrier_call_id must be 1..={MAX_CARRIER_ID} bytes"
+        ));
+    }
+    Ok(id)
+}
+
+/// `application/x-www-form-urlencoded` value decoding (`+` is a space);
+/// `None` for a broken escape or bytes that are not UTF-8.
+fn percent_decode(value: &str) -> Option<String> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// One lookup entry: enough to find the receipt and its owner.
+fn summary_json(row: &LedgerRow) -> Value {
+    json!({
+        "session_id": row.call_id.to_string(),
+        "ingress": row.ingress,
+        "carrier_call_id": row.carrier_call_id,
+        "owner": { "instance": row.owner_instance, "epoch": row.owner_epoch.0 },
+        "admitted_at": rfc3339(row.admitted_at),
+        "end_reason": row.end_reason,
+        "cleanup_status": row.cleanup_status.as_str(),
+    })
 }
 
 /// The receipt of `row` with its `events` (one page of them).
@@ -253,6 +361,31 @@ mod tests {
         ] {
             let e = page(bad).unwrap_err();
             assert!(e.contains("events_") || e.contains("limit"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_lookup_takes_one_bounded_decoded_carrier_id() {
+        assert_eq!(
+            carrier_call_id(Some("carrier_call_id=CA12")).unwrap(),
+            "CA12"
+        );
+        assert_eq!(
+            carrier_call_id(Some("carrier_call_id=a%40b%2Ec+d")).unwrap(),
+            "a@b.c d"
+        );
+        let long = format!("carrier_call_id={}", "x".repeat(MAX_CARRIER_ID + 1));
+        for (q, says) in [
+            (None, "required"),
+            (Some("carrier_call_id="), "1..="),
+            (Some(long.as_str()), "1..="),
+            (Some("carrier_call_id=a&carrier_call_id=b"), "twice"),
+            (Some("call=a"), "unknown query parameter"),
+            (Some("carrier_call_id=%zz"), "percent"),
+            (Some("carrier_call_id=%ff"), "percent"),
+        ] {
+            let e = carrier_call_id(q).unwrap_err();
+            assert!(e.contains(says), "{q:?}: {e}");
         }
     }
 

@@ -53,6 +53,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0005_instance_heartbeats",
         sql: include_str!("../../../migrations/0005_instance_heartbeats.sql"),
     },
+    Migration {
+        version: 6,
+        name: "0006_carrier_call_lookup",
+        sql: include_str!("../../../migrations/0006_carrier_call_lookup.sql"),
+    },
 ];
 
 /// Advisory lock key shared by every callgate instance ("callgate" in ASCII).

@@ -353,6 +353,33 @@ impl Store {
         rows.first().map(LedgerRow::from_row).transpose()
     }
 
+    /// The ledger rows recorded under the carrier's own call id (a Twilio
+    /// CallSid, a SIP Call-ID, a partner's call id), oldest admission first,
+    /// at most `limit` of them: one id may be recorded more than once (two
+    /// ingresses, or a carrier that reuses ids).
+    ///
+    /// # Errors
+    /// Provider errors.
+    pub async fn ledger_by_carrier_call(
+        &self,
+        carrier_call_id: &str,
+        limit: u32,
+    ) -> Result<Vec<LedgerRow>, StoreError> {
+        let sql = format!(
+            "SELECT {LEDGER_COLUMNS} FROM call_ledger WHERE carrier_call_id = $1 \
+             ORDER BY admitted_at, call_id LIMIT $2"
+        );
+        let mut conn = self.inner.pool.checkout().await?;
+        let rows = conn
+            .query(
+                "ledger_by_carrier_call",
+                &sql,
+                &[&carrier_call_id, &i64::from(limit)],
+            )
+            .await?;
+        rows.iter().map(LedgerRow::from_row).collect()
+    }
+
     /// The call's turns in order.
     ///
     /// # Errors

@@ -22,8 +22,13 @@ fn providers(c: &mut callgate::config::Config) {
 
 /// `GET /v1/sessions/{id}` with `token` (if any): status and body.
 async fn get(h: &Harness, id: &str, token: Option<&str>) -> (u16, String) {
+    get_path(h, &format!("/v1/sessions/{id}"), token).await
+}
+
+/// `GET path` with `token` (if any): status and body.
+async fn get_path(h: &Harness, path: &str, token: Option<&str>) -> (u16, String) {
     callgate::ensure_tls_provider();
-    let url = format!("http://{}/v1/sessions/{id}", h.server.addr);
+    let url = format!("http://{}{path}", h.server.addr);
     let mut req = reqwest::Client::new().get(url);
     if let Some(t) = token {
         req = req.bearer_auth(t);
@@ -189,6 +194,27 @@ async fn a_twilio_receipt_shows_only_the_configured_custom_parameters() {
     assert_eq!(get(&h, "not-a-uuid", Some(TOKEN)).await.0, 400);
     let unknown = uuid::Uuid::new_v4().to_string();
     assert_eq!(get(&h, &unknown, Some(TOKEN)).await.0, 404);
+
+    // Found by the CallSid the caller knows, behind the same guard.
+    let by_sid = format!("/v1/sessions?carrier_call_id={}", call.call_sid);
+    let (status, body) = get_path(&h, &by_sid, Some(TOKEN)).await;
+    assert_eq!(status, 200, "{body}");
+    let found: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(found["truncated"], false);
+    let sessions = found["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 1, "{found:#}");
+    assert_eq!(sessions[0]["session_id"], id);
+    assert_eq!(sessions[0]["ingress"], "twilio");
+    assert_eq!(sessions[0]["owner"]["instance"], h.instance);
+    assert_eq!(sessions[0]["end_reason"], "caller_hangup");
+    assert_eq!(get_path(&h, &by_sid, None).await.0, 401);
+    let (status, body) = get_path(&h, "/v1/sessions?carrier_call_id=CAnone", Some(TOKEN)).await;
+    assert_eq!(
+        (status, body.contains("\"sessions\":[]")),
+        (200, true),
+        "{body}"
+    );
+    assert_eq!(get_path(&h, "/v1/sessions?sid=x", Some(TOKEN)).await.0, 400);
     h.assert_all_closed().await;
     h.stop().await;
 }

@@ -9,6 +9,7 @@ mod drain;
 mod fencing;
 mod freeze;
 mod local_postgres;
+mod lookup;
 mod migrations;
 mod overflow;
 mod ownership;

@@ -17,7 +17,8 @@ async fn second_run_is_a_no_op() {
             "0002_partner",
             "0003_reconcile",
             "0004_instance_events",
-            "0005_instance_heartbeats"
+            "0005_instance_heartbeats",
+            "0006_carrier_call_lookup"
         ]
     );
     let second = store.migrate().await.unwrap();
@@ -71,7 +72,8 @@ async fn racing_instances_apply_each_migration_once() {
             "0002_partner",
             "0003_reconcile",
             "0004_instance_events",
-            "0005_instance_heartbeats"
+            "0005_instance_heartbeats",
+            "0006_carrier_call_lookup"
         ]
     );
     let raw = common::raw(&pg).await;
@@ -80,7 +82,7 @@ async fn racing_instances_apply_each_migration_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 5);
+    assert_eq!(n, 6);
 }
 
 /// A database at version 1 with calls in it (the state before this build):
@@ -124,7 +126,8 @@ async fn a_version_1_database_with_calls_upgrades_in_place() {
             "0002_partner",
             "0003_reconcile",
             "0004_instance_events",
-            "0005_instance_heartbeats"
+            "0005_instance_heartbeats",
+            "0006_carrier_call_lookup"
         ]
     );
     let row = store
