@@ -19,6 +19,7 @@ mod agent;
 mod drain;
 mod env;
 mod exposure;
+mod faults;
 mod ledger;
 mod ownership;
 mod receipt;
@@ -26,6 +27,7 @@ mod sip;
 pub use agent::AgentConfig;
 pub use drain::{DrainConfig, DrainPolicy};
 pub use exposure::Exposure;
+pub use faults::FaultsConfig;
 pub use ledger::{LedgerConfig, PressureConfig};
 pub use ownership::OwnershipConfig;
 pub use receipt::{MAX_LABEL_KEY_BYTES, MAX_LABEL_VALUE_BYTES, ReceiptConfig, RetentionConfig};
@@ -65,6 +67,8 @@ pub struct Config {
     pub drain: DrainConfig,
     /// Heartbeats and the owner lease (`ownership`).
     pub ownership: OwnershipConfig,
+    /// Deliberate defects, all off (`config::faults`).
+    pub faults: FaultsConfig,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -181,6 +181,9 @@ fn warn_about_exposures(cfg: &Config) {
     for e in cfg.exposures() {
         warn!(addr = %e.addr, key = e.key, "{}", e.message);
     }
+    for (key, what) in cfg.faults.active() {
+        tracing::error!(key, "deliberate fault switched on: {what}");
+    }
     if cfg.partners.is_empty() {
         tracing::info!(
             "no [partners.<id>] configured: /v1/partner/stream refuses every upgrade (401)"

@@ -103,13 +103,18 @@ fn check(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
             e.message, e.addr, e.key
         );
     }
+    let faults = cfg.faults.active();
+    for (key, what) in &faults {
+        println!("warning: deliberate fault {key} is on: {what}");
+    }
+    let warnings = exposures.len() + faults.len();
     println!(
         "configuration valid: {} ({} warning{})",
         config
             .as_deref()
             .map_or("embedded defaults".into(), |p| p.display().to_string()),
-        exposures.len(),
-        if exposures.len() == 1 { "" } else { "s" }
+        warnings,
+        if warnings == 1 { "" } else { "s" }
     );
     Ok(ExitCode::SUCCESS)
 }

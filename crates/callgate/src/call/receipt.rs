@@ -138,7 +138,13 @@ pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
     let tally = permit.tally();
     let admitted_at = permit.admitted_at();
     let waited = permit.waited();
-    permit.release(Instant::now());
+    if app.cfg().faults.leak_permits {
+        // The deliberate defect of `[faults] leak_permits`: the slot is
+        // never given back, and the delta below shows it.
+        std::mem::forget(permit);
+    } else {
+        permit.release(Instant::now());
+    }
     let delta = tally.delta();
     cleanup.permit_unreleased = delta.decrement != 1;
     cleanup.writes_lost = rec.lost;

@@ -103,3 +103,21 @@ fn a_configuration_serve_would_refuse_exits_1_with_the_reason() {
     assert!(stderr.contains("max_concurent_calls"), "{stderr}");
     assert!(out.stdout.is_empty(), "{out:?}");
 }
+
+#[test]
+fn a_deliberate_fault_is_a_warning_of_its_own() {
+    let env = [
+        ("CALLGATE_SERVER__ADMIN_TOKEN", "t"),
+        ("CALLGATE_TWILIO__AUTH_TOKEN", "t"),
+        ("CALLGATE_FAULTS__LEAK_PERMITS", "true"),
+    ];
+    let out = check(&["--config", "config/callgate.toml"], &env);
+    assert!(out.status.success(), "{out:?}");
+    let w = warnings(&out);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("deliberate fault faults.leak_permits is on"),
+        "{w:?}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(1 warning)"));
+}
