@@ -122,8 +122,10 @@ pub struct Leave {
 /// step activates its silent callers or ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cue {
-    /// Start the next cued utterance now (after its think pause). Ignored
-    /// unless the caller is waiting for a cue.
+    /// Start the next cued utterance now (after its think pause). One that
+    /// comes before the caller is ready for it (the greeting still
+    /// playing) is kept and acted on once that utterance is due; ignored by
+    /// a caller whose script has no cued utterance.
     Speak,
     /// Hang up (`stop`, then close), whatever the call is doing.
     HangUp,
@@ -310,6 +312,10 @@ pub struct Caller {
     /// A cough being sent (the call's audio format) and how much of it has
     /// gone; only while the caller is not speaking an utterance.
     burst: Option<(Vec<u8>, usize)>,
+    /// A [`Cue::Speak`] that came before the caller was ready for its next
+    /// cued utterance (the greeting still playing): kept, one at most, and
+    /// acted on as soon as that utterance is due.
+    speak_early: bool,
 }
 
 impl Caller {
@@ -319,6 +325,7 @@ impl Caller {
         Caller {
             interaction: Interaction::new(plan.barge_in_at, plan.cough),
             burst: None,
+            speak_early: false,
             wire: Wire::new(plan.protocol, plan.ids),
             audio,
             voice: SpeechSynth::new(audio.sample_rate, plan.voice_seed),
@@ -469,19 +476,13 @@ impl Caller {
             return;
         }
         match cue {
-            Cue::Speak => {
-                if let Stage::Cued { next } = self.stage {
-                    let think = self
-                        .plan
-                        .turns
-                        .get(next)
-                        .map_or(Duration::ZERO, |t| t.think);
-                    self.stage = Stage::Thinking {
-                        next,
-                        until: now + think,
-                    };
-                }
-            }
+            Cue::Speak => match self.stage {
+                Stage::Cued { next } => self.speak_cued(now, next),
+                // Not ready yet (the greeting or a reply still playing):
+                // kept for the next cued utterance, if the script has one.
+                _ if self.plan.turns.iter().any(|t| t.cued) => self.speak_early = true,
+                _ => {}
+            },
             Cue::HangUp => {
                 let phase = self.phase_label();
                 let reason = format!("caller hung up when cued while {phase}");
@@ -498,6 +499,19 @@ impl Caller {
                 self.finish(now, Outcome::Dropped, reason);
             }
         }
+    }
+
+    /// Starts cued utterance `next`: its think pause from `now`.
+    fn speak_cued(&mut self, now: Duration, next: usize) {
+        let think = self
+            .plan
+            .turns
+            .get(next)
+            .map_or(Duration::ZERO, |t| t.think);
+        self.stage = Stage::Thinking {
+            next,
+            until: now + think,
+        };
     }
 
     /// Waiting for [`Cue::Speak`] or [`Cue::HangUp`]: the script cannot go

@@ -23,6 +23,18 @@ pub struct Progress {
     failed: AtomicUsize,
 }
 
+/// What [`Progress::counts`] read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProgressCounts {
+    pub started: usize,
+    pub admitted: usize,
+    pub active: usize,
+    pub finished: usize,
+    pub rejected: usize,
+    pub silent: usize,
+    pub failed: usize,
+}
+
 /// Holds one connected call in the `active` count; dropping it (on any exit
 /// path of the call task) takes it out again.
 #[must_use = "dropping the guard ends the call's active count at once"]
@@ -74,6 +86,20 @@ impl Progress {
             _ => return,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters now.
+    pub fn counts(&self) -> ProgressCounts {
+        let get = |c: &AtomicUsize| c.load(Ordering::Relaxed);
+        ProgressCounts {
+            started: get(&self.started),
+            admitted: get(&self.admitted),
+            active: get(&self.active),
+            finished: get(&self.finished),
+            rejected: get(&self.rejected),
+            silent: get(&self.silent),
+            failed: get(&self.failed),
+        }
     }
 
     /// The progress line (without `\r`).

@@ -239,6 +239,9 @@ impl Caller {
             }
         };
         match self.plan.turns.get(done) {
+            Some(next) if next.cued && std::mem::take(&mut self.speak_early) => {
+                self.speak_cued(t, done);
+            }
             Some(next) if next.cued => self.stage = Stage::Cued { next: done },
             Some(next) => {
                 self.stage = Stage::Thinking {

@@ -64,6 +64,28 @@ fn speak_is_ignored_unless_a_cue_is_awaited() {
 }
 
 #[test]
+fn a_speak_that_comes_during_the_greeting_is_kept_for_the_cued_utterance() {
+    let mut h = cued(Harness::new(&[(100, 400)]));
+    h.caller.plan.hold = true;
+    h.open(ms(0));
+    h.audio(ms(50), 500);
+    h.caller.handle_cue(ms(100), Cue::Speak);
+    assert_eq!(
+        h.caller.phase_label(),
+        "greeting_playout",
+        "the greeting plays on"
+    );
+    h.mark(ms(50), "turn-1");
+    let end = h.run_until_speech_ends(ms(5_000));
+    // The greeting ends at 550; the kept cue starts the think pause then.
+    assert_eq!(end, ms(660 + 380), "spoke right after the greeting");
+    h.audio(end + ms(300), 200);
+    h.mark(end + ms(300), "turn-2");
+    h.run_until(end + ms(5_000));
+    assert_eq!(h.caller.phase_label(), "holding", "the cue was used once");
+}
+
+#[test]
 fn hanging_up_before_the_script_is_done_is_leaving_early() {
     let mut h = Harness::new(&[(100, 400), (100, 400)]);
     h.open(ms(0));
