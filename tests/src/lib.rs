@@ -7,10 +7,12 @@
 //! WebSockets and gRPC and to a real Postgres cluster started from the
 //! system's binaries. A test that cannot start Postgres fails loudly.
 
-pub mod haproxy;
+/// HAProxy in front of two instances (lives in the rig, which `callgate
+/// drill --spawn` shares).
+pub use callgate_rig::haproxy;
 pub mod kamailio;
 pub mod partner_raw;
-mod process;
+pub(crate) use callgate_rig::process;
 pub mod raw;
 pub mod sip;
 pub mod sipp;

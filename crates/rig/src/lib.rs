@@ -18,6 +18,10 @@
 //!   test), and [`ChildProcess`], one such child.
 //! - [`ports`]: loopback ports for child processes that no other test
 //!   process is handed at the same time.
+//! - [`haproxy`]: the production `deploy/haproxy/haproxy.cfg` run unchanged
+//!   in front of two instances, with its runtime API read back; [`process`]:
+//!   the process groups, scratch directories and bounded commands it (and
+//!   the test harnesses' Kamailio and sipp) run on.
 //!
 //! What it never does: mock anything — the Postgres is a real cluster, every
 //! peer listens on a real socket, the server is the real one reading an
@@ -45,8 +49,10 @@
 
 mod child;
 mod database;
+pub mod haproxy;
 mod in_process;
 pub mod ports;
+pub mod process;
 mod processes;
 
 use std::net::SocketAddr;

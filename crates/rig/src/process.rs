@@ -16,7 +16,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// Time a process group gets to exit after TERM before it is KILLed.
-pub(crate) const STOP_GRACE: Duration = Duration::from_secs(2);
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
 /// How often a process's state is polled.
 const POLL: Duration = Duration::from_millis(50);
 /// Lines of a log shown in an error.
@@ -76,17 +76,17 @@ impl std::error::Error for HarnessError {
     }
 }
 
-pub(crate) type Result<T> = std::result::Result<T, HarnessError>;
+pub type Result<T> = std::result::Result<T, HarnessError>;
 
-pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> HarnessError {
+pub fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> HarnessError {
     let what = what.into();
     move |source| HarnessError::Io { what, source }
 }
 
 /// A loopback port no other test process is handed
 /// ([`callgate_rig::ports::claim`]), for `what`.
-pub(crate) fn claim_port(what: &str) -> Result<u16> {
-    callgate_rig::ports::claim().map_err(|e| HarnessError::Io {
+pub fn claim_port(what: &str) -> Result<u16> {
+    crate::ports::claim().map_err(|e| HarnessError::Io {
         what: format!("claiming a loopback port for {what}"),
         source: io::Error::new(io::ErrorKind::AddrInUse, format!("{e:#}")),
     })
@@ -95,14 +95,14 @@ pub(crate) fn claim_port(what: &str) -> Result<u16> {
 /// A child process leading its own process group, with its output in a log
 /// file. Dropping it stops the whole group: TERM, then KILL after
 /// [`STOP_GRACE`].
-pub(crate) struct Group {
+pub struct Group {
     name: &'static str,
     child: Child,
     log: PathBuf,
 }
 
 impl Group {
-    pub(crate) fn spawn(name: &'static str, cmd: &mut Command, log: &Path) -> Result<Group> {
+    pub fn spawn(name: &'static str, cmd: &mut Command, log: &Path) -> Result<Group> {
         let out = File::create(log).map_err(io_err(format!("creating {}", log.display())))?;
         let err = out.try_clone().map_err(io_err("cloning a file handle"))?;
         cmd.stdin(Stdio::null())
@@ -119,7 +119,7 @@ impl Group {
         })
     }
 
-    pub(crate) fn ensure_running(&mut self) -> Result<()> {
+    pub fn ensure_running(&mut self) -> Result<()> {
         match self.child.try_wait() {
             Ok(None) => Ok(()),
             Ok(Some(status)) => Err(HarnessError::Exited {
@@ -136,7 +136,7 @@ impl Group {
 
     /// Waits up to `limit` for the leader to exit; stops the group if it
     /// does not.
-    pub(crate) fn wait_exit(&mut self, limit: Duration) -> Result<ExitStatus> {
+    pub fn wait_exit(&mut self, limit: Duration) -> Result<ExitStatus> {
         let deadline = Instant::now() + limit;
         loop {
             match self.child.try_wait() {
@@ -161,11 +161,11 @@ impl Group {
     }
 
     /// The file its output goes to.
-    pub(crate) fn log_path(&self) -> &Path {
+    pub fn log_path(&self) -> &Path {
         &self.log
     }
 
-    pub(crate) fn log_tail(&self) -> String {
+    pub fn log_tail(&self) -> String {
         let text = fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
@@ -173,7 +173,7 @@ impl Group {
 
     /// `kill -<signal> -- -<pgid>` (`kill(1)`: `unsafe` is denied, so no
     /// `kill(2)`). Returns whether some process of the group got it.
-    pub(crate) fn signal_group(&self, signal: &str) -> bool {
+    pub fn signal_group(&self, signal: &str) -> bool {
         Command::new("kill")
             .arg(format!("-{signal}"))
             .arg("--")
@@ -186,7 +186,7 @@ impl Group {
 
     /// TERM to the group; KILL to what is left after the grace period.
     /// The leader is reaped either way.
-    pub(crate) fn stop(&mut self) {
+    pub fn stop(&mut self) {
         let deadline = Instant::now() + STOP_GRACE;
         if self.signal_group("TERM") {
             while Instant::now() < deadline {
@@ -210,12 +210,12 @@ impl Drop for Group {
 
 /// A fresh directory under the system's temp dir, removed on drop unless
 /// the thread is panicking (then kept for the logs, and its path printed).
-pub(crate) struct Scratch {
-    pub(crate) path: PathBuf,
+pub struct Scratch {
+    pub path: PathBuf,
 }
 
 impl Scratch {
-    pub(crate) fn new(what: &str) -> Result<Scratch> {
+    pub fn new(what: &str) -> Result<Scratch> {
         let path =
             std::env::temp_dir().join(format!("callgate-{what}-{}", uuid::Uuid::new_v4().simple()));
         fs::create_dir_all(&path).map_err(io_err(format!("creating {}", path.display())))?;
@@ -234,7 +234,7 @@ impl Drop for Scratch {
 }
 
 /// Runs `cmd` (output already redirected) for at most `limit`.
-pub(crate) fn run_bounded(cmd: &mut Command, what: &str, limit: Duration) -> Result<ExitStatus> {
+pub fn run_bounded(cmd: &mut Command, what: &str, limit: Duration) -> Result<ExitStatus> {
     let mut child = cmd
         .stdin(Stdio::null())
         .spawn()

@@ -50,7 +50,10 @@ pub use crate::process::HarnessError;
 use crate::process::{Group, Result, Scratch, claim_port, io_err};
 
 /// The production configuration, run as it is.
-const CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/haproxy/haproxy.cfg");
+const CONFIG: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../deploy/haproxy/haproxy.cfg"
+);
 /// The backend and server names in that configuration.
 pub const BACKEND: &str = "callgate";
 pub const SERVERS: [&str; 2] = ["callgate-1", "callgate-2"];
