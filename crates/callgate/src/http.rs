@@ -219,6 +219,7 @@ async fn status(State(app): State<Arc<App>>) -> Response {
     let reconcile = app.reconcile.to_json(Instant::now());
     Json(serde_json::json!({
         "instance": app.instance(),
+        "version": env!("CARGO_PKG_VERSION"),
         "state": if snap.draining { "draining" } else { "serving" },
         "drain": drain::status(&app, Instant::now()),
         "capacity": snap.capacity,

@@ -15,6 +15,7 @@ mod cough;
 mod counters;
 mod db_freeze;
 mod db_stall;
+mod drill;
 mod haproxy;
 mod interleavings;
 mod kubernetes;
