@@ -3,11 +3,13 @@
 //! the provider simulators, the scripted callers, and the two rigs that
 //! wire Postgres, the simulators and the server together (`callgate-rig`).
 //! `audit` checks a running deployment's session ledger for broken
-//! invariants (exit 1 when it finds any).
+//! invariants (exit 1 when it finds any); `drill` runs the committed-load
+//! staircase and signs its session-capacity receipt (`callgate-drill`).
 
 mod audit;
 mod bench;
 mod demo;
+mod drill;
 mod logging;
 mod sim;
 
@@ -50,6 +52,10 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Check the session ledger for invariant violations (exit 1 if any, 2 if it cannot).
     Audit(audit::AuditArgs),
+    /// The committed-load drill: a staircase against two instances behind a
+    /// balancer, ending in a signed session-capacity receipt (exit 0 for
+    /// promote or limited, 1 for hold or rollback); `drill verify`.
+    Drill(drill::DrillArgs),
 }
 
 fn main() -> ExitCode {
@@ -82,6 +88,7 @@ fn main() -> ExitCode {
             Cmd::Demo(args) => demo::run(args).await,
             Cmd::Bench(args) => bench::run(args).await,
             Cmd::Audit(args) => audit::run(args).await,
+            Cmd::Drill(args) => drill::run(args).await,
         }
     });
     match result {
