@@ -131,6 +131,11 @@ pub enum Cue {
     HangUp,
     /// Vanish: close the TCP connection with no `stop` and no close frame.
     Drop,
+    /// Vanish as [`Cue::Drop`] does, then, after `after`, dial again with
+    /// the call's resume token (partner calls: `Callgate-Resume`) and carry
+    /// on where the call was. A caller holding no token (a Twilio leg, or
+    /// resume disabled) cannot come back: it only drops.
+    Reconnect { after: Duration },
 }
 
 /// One caller turn: a pause after the bot finished, then speech.
@@ -154,6 +159,10 @@ pub enum Transmit {
     Close,
     /// Drop the connection without a closing handshake ([`Cue::Drop`]).
     Drop,
+    /// Drop the connection, wait `after`, and resume the call on a new one
+    /// with `token` ([`Cue::Reconnect`]); then tell the caller
+    /// [`Caller::handle_resume_failed`] if that is refused.
+    Reconnect { token: String, after: Duration },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -316,6 +325,12 @@ pub struct Caller {
     /// cued utterance (the greeting still playing): kept, one at most, and
     /// acted on as soon as that utterance is due.
     speak_early: bool,
+    /// The latest resume token the server gave (partner `started`).
+    resume_token: Option<String>,
+    /// A resume was asked for and its `started` has not come yet.
+    resuming: bool,
+    /// Resumes the server confirmed (a `started` for the same session).
+    resumes: u32,
 }
 
 impl Caller {
@@ -326,6 +341,9 @@ impl Caller {
             interaction: Interaction::new(plan.barge_in_at, plan.cough),
             burst: None,
             speak_early: false,
+            resume_token: None,
+            resuming: false,
+            resumes: 0,
             wire: Wire::new(plan.protocol, plan.ids),
             audio,
             voice: SpeechSynth::new(audio.sample_rate, plan.voice_seed),
@@ -493,12 +511,33 @@ impl Caller {
                 };
                 self.hang_up(now, outcome, reason);
             }
-            Cue::Drop => {
+            Cue::Reconnect { after } if self.resume_token.is_some() => {
+                let token = self.resume_token.take().unwrap_or_default();
+                self.outbox.push_back(Transmit::Reconnect { token, after });
+                self.resuming = true;
+            }
+            Cue::Drop | Cue::Reconnect { .. } => {
                 let reason = format!("caller dropped the connection while {}", self.phase_label());
                 self.outbox.push_back(Transmit::Drop);
                 self.finish(now, Outcome::Dropped, reason);
             }
         }
+    }
+
+    /// The resume the caller asked for ([`Transmit::Reconnect`]) was refused
+    /// or could not connect: the call is lost.
+    pub fn handle_resume_failed(&mut self, now: Duration, err: &LoadError) {
+        if !self.is_live() {
+            return;
+        }
+        let reason = format!("resume failed: {err}");
+        self.finish(
+            now,
+            Outcome::Failed {
+                reason: reason.clone(),
+            },
+            reason,
+        );
     }
 
     /// Starts cued utterance `next`: its think pause from `now`.
@@ -591,6 +630,7 @@ impl Caller {
             prompts_heard: c.prompts,
             barge_in: self.interaction.barge_record(),
             cough: self.interaction.cough_record(),
+            resumes: self.resumes,
         }
     }
 

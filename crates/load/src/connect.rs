@@ -102,6 +102,31 @@ pub async fn connect(url: &str, auth_token: Option<&str>) -> Result<CallSocket, 
 /// [`LoadError::Refused`] when the server answers with an HTTP status,
 /// [`LoadError::Connect`] for anything else.
 pub async fn connect_with(url: &str, auth: &Auth) -> Result<CallSocket, LoadError> {
+    Ok(connect_routed(url, auth, None).await?.0)
+}
+
+/// A partner call's resume: its token and the route its first upgrade's
+/// response named (`Callgate-Route`), sent back so a balancer can reach
+/// the instance that holds the call.
+#[derive(Debug, Clone, Copy)]
+pub struct Resume<'a> {
+    pub token: &'a str,
+    pub route: Option<&'a str>,
+}
+
+/// The upgrade as [`connect_with`] makes it — or, given `resume`, a partner
+/// resume (`Callgate-Resume`, and `Callgate-Route` when known; no `start`
+/// follows it: docs/partner-protocol.md, "Resuming a call"). Returns the
+/// socket and the `Callgate-Route` the server's 101 named, if any.
+///
+/// # Errors
+/// As [`connect_with`]; a refused resume is [`LoadError::Refused`] with
+/// the server's reason.
+pub async fn connect_routed(
+    url: &str,
+    auth: &Auth,
+    resume: Option<Resume<'_>>,
+) -> Result<(CallSocket, Option<String>), LoadError> {
     let failed = |detail: String| LoadError::Connect {
         url: url.to_string(),
         detail,
@@ -120,9 +145,25 @@ pub async fn connect_with(url: &str, auth: &Auth) -> Result<CallSocket, LoadErro
             .map_err(|_| failed(format!("{name} is not a valid header value")))?;
         request.headers_mut().insert(name, value);
     }
+    if let Some(r) = resume {
+        // The token is a secret too: never in the error.
+        let value = http::HeaderValue::from_str(r.token)
+            .map_err(|_| failed("the resume token is not a valid header value".into()))?;
+        request.headers_mut().insert("Callgate-Resume", value);
+        if let Some(route) = r.route.and_then(|v| http::HeaderValue::from_str(v).ok()) {
+            request.headers_mut().insert("Callgate-Route", route);
+        }
+    }
     let config = WebSocketConfig::default().read_buffer_size(READ_BUFFER_BYTES);
     match tokio_tungstenite::connect_async_with_config(request, Some(config), false).await {
-        Ok((socket, _response)) => Ok(socket),
+        Ok((socket, response)) => {
+            let route = response
+                .headers()
+                .get("callgate-route")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            Ok((socket, route))
+        }
         Err(WsError::Http(response)) => {
             let status = response.status();
             let body = response

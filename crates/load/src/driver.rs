@@ -12,7 +12,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tracing::Instrument;
 
 use crate::caller::{CallPlan, Caller, Cue, Transmit, millis};
-use crate::connect::{Auth, CallSocket, connect_with};
+use crate::connect::{Auth, CallSocket, Resume, connect_routed};
 use crate::error::LoadError;
 use crate::progress::Progress;
 use crate::record::{CallRecord, Outcome};
@@ -68,14 +68,15 @@ async fn place(
     let mut caller = Caller::new(plan);
     progress.call_started();
     let limit = CONNECT_TIMEOUT.min(call_timeout);
-    match timeout(limit, connect_with(&dial.url, &dial.auth)).await {
-        Ok(Ok(socket)) => {
+    match timeout(limit, connect_routed(&dial.url, &dial.auth, None)).await {
+        Ok(Ok((socket, route))) => {
             tracing::debug!("connected");
             let _active = progress.connected();
             caller.handle_open(epoch.elapsed());
             drive(
                 &mut caller,
                 socket,
+                (dial, route),
                 epoch,
                 call_timeout,
                 progress,
@@ -101,6 +102,7 @@ async fn place(
 async fn drive(
     caller: &mut Caller,
     mut socket: CallSocket,
+    (dial, mut route): (&Dial, Option<String>),
     epoch: Instant,
     call_timeout: Duration,
     progress: &Progress,
@@ -115,6 +117,21 @@ async fn drive(
                 // Vanish: the TCP connection closes with no closing handshake.
                 drop(socket);
                 return;
+            }
+            Ok(Ending::Reconnect { token, after }) => {
+                drop(socket);
+                match resume(dial, &token, route.as_deref(), after).await {
+                    Ok((s, new_route)) => {
+                        tracing::debug!("resumed on a new connection");
+                        socket = s;
+                        route = new_route.or(route);
+                        continue;
+                    }
+                    Err(err) => {
+                        caller.handle_resume_failed(epoch.elapsed(), &err);
+                        return;
+                    }
+                }
             }
             Ok(Ending::Close) => true,
             Ok(Ending::None) => false,
@@ -172,11 +189,36 @@ fn receive(caller: &mut Caller, msg: Incoming, now: Duration) {
     }
 }
 
+/// After `after`, a new connection presenting `token` and the call's route
+/// (bounded like a dial).
+async fn resume(
+    dial: &Dial,
+    token: &str,
+    route: Option<&str>,
+    after: Duration,
+) -> Result<(CallSocket, Option<String>), LoadError> {
+    tokio::time::sleep(after).await;
+    let how = Resume { token, route };
+    match timeout(
+        CONNECT_TIMEOUT,
+        connect_routed(&dial.url, &dial.auth, Some(how)),
+    )
+    .await
+    {
+        Ok(r) => r,
+        Err(_) => Err(LoadError::ConnectTimeout {
+            url: dial.url.clone(),
+            after_ms: millis(CONNECT_TIMEOUT),
+        }),
+    }
+}
+
 /// What the caller asked for after its frames.
 enum Ending {
     None,
     Close,
     Drop,
+    Reconnect { token: String, after: Duration },
 }
 
 /// Sends everything the caller queued, and says whether it asked to close
@@ -193,6 +235,11 @@ async fn flush(caller: &mut Caller, socket: &mut CallSocket) -> Result<Ending, S
                 break;
             }
             Transmit::Drop => return Ok(Ending::Drop),
+            Transmit::Reconnect { token, after } => {
+                // What was queued before it still goes on the old socket.
+                close = Ending::Reconnect { token, after };
+                break;
+            }
         }
     }
     if frames.is_empty() {

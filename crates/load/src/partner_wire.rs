@@ -152,8 +152,13 @@ pub fn stop() -> String {
 /// A server → partner control message, as a partner acts on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServerMessage {
-    /// The start was accepted; callgate's id of the call.
-    Started { session_id: String },
+    /// The start (or a resume) was accepted; callgate's id of the call and,
+    /// when the operator allows resuming, the single-use token a new
+    /// connection presents to continue it (`Callgate-Resume`).
+    Started {
+        session_id: String,
+        resume_token: Option<String>,
+    },
     /// A bookmark to answer with `played` once the audio before it played.
     Mark(String),
     /// Drop the audio not yet played; its marks are never echoed.
@@ -199,6 +204,7 @@ pub fn parse(text: &str) -> Result<ServerMessage, String> {
     Ok(match event.as_str() {
         "started" => ServerMessage::Started {
             session_id: required("session_id")?,
+            resume_token: optional("resume_token")?,
         },
         "mark" => ServerMessage::Mark(required("name")?),
         "clear" => ServerMessage::Clear,
@@ -270,7 +276,15 @@ mod tests {
         assert_eq!(
             ok(json!({"event":"started","session_id":"u-1","resume":"x"})),
             ServerMessage::Started {
-                session_id: "u-1".into()
+                session_id: "u-1".into(),
+                resume_token: None,
+            }
+        );
+        assert_eq!(
+            ok(json!({"event":"started","session_id":"u-1","resume_token":"t"})),
+            ServerMessage::Started {
+                session_id: "u-1".into(),
+                resume_token: Some("t".into()),
             }
         );
         assert_eq!(

@@ -327,6 +327,10 @@ pub struct CallRecord {
     /// configured, or the turn never began or ended first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cough: Option<CoughRecord>,
+    /// Partner resumes the server confirmed ([`crate::Cue::Reconnect`]: a
+    /// `started` for the same session on the new connection).
+    #[serde(default)]
+    pub resumes: u32,
 }
 
 /// What speaking over the greeting did, measured by the caller on its own
@@ -432,6 +436,7 @@ impl Default for CallRecord {
             prompts_heard: PromptsHeard::default(),
             barge_in: None,
             cough: None,
+            resumes: 0,
         }
     }
 }

@@ -110,8 +110,8 @@ pub(crate) enum Heard {
     Audio(Vec<u8>),
     Mark(String),
     Clear,
-    /// Partner `started`.
-    Started(String),
+    /// Partner `started`: the session id and the resume token, if any.
+    Started(String, Option<String>),
     /// Partner `transfer`.
     Transfer {
         target: Option<String>,
@@ -229,7 +229,10 @@ impl Wire {
                 let msg = partner_wire::parse(text)
                     .map_err(|detail| LoadError::Malformed { stream, detail })?;
                 Ok(match msg {
-                    ServerMessage::Started { session_id } => Heard::Started(session_id),
+                    ServerMessage::Started {
+                        session_id,
+                        resume_token,
+                    } => Heard::Started(session_id, resume_token),
                     ServerMessage::Mark(name) => Heard::Mark(name),
                     ServerMessage::Clear => Heard::Clear,
                     ServerMessage::Transfer { target, reason } => {

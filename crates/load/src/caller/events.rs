@@ -18,13 +18,7 @@ impl Caller {
             Ok(Heard::Audio(bytes)) => self.on_media(now, &bytes),
             Ok(Heard::Mark(name)) => self.on_mark(now, name),
             Ok(Heard::Clear) => self.on_clear(now),
-            Ok(Heard::Started(session_id)) => {
-                if self.said.session_id.is_some() {
-                    self.counters.malformed_events += 1;
-                } else {
-                    self.said.session_id = Some(session_id);
-                }
-            }
+            Ok(Heard::Started(session_id, token)) => self.on_started(session_id, token),
             Ok(Heard::Transfer { target, reason }) => {
                 self.said.transfer.get_or_insert(TransferMessage {
                     target,
@@ -51,6 +45,22 @@ impl Caller {
         }
         // A mark that arrived on an idle buffer is due right now.
         self.advance(now);
+    }
+
+    /// Partner `started`: the call's id once, then again only to confirm a
+    /// resume of the same session; the newest token is kept.
+    fn on_started(&mut self, session_id: String, token: Option<String>) {
+        match &self.said.session_id {
+            None => self.said.session_id = Some(session_id),
+            Some(id) if self.resuming && *id == session_id => {
+                self.resuming = false;
+                self.resumes += 1;
+            }
+            Some(_) => self.counters.malformed_events += 1,
+        }
+        if token.is_some() {
+            self.resume_token = token;
+        }
     }
 
     fn on_media(&mut self, now: Duration, audio: &[u8]) {

@@ -98,6 +98,9 @@ impl Harness {
                     self.binary.push((self.now, bytes));
                     Some(v)
                 }
+                Transmit::Reconnect { token, after } => {
+                    Some(json!({"event":"(reconnect)","token":token,"after_ms":millis(after)}))
+                }
                 Transmit::Close | Transmit::Drop => None,
             };
             self.sent.push((self.now, v));

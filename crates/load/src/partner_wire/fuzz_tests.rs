@@ -55,7 +55,11 @@ pub fn check_parse(text: &str) {
         |name: &str| !matches!(msg.get(name), None | Some(Value::Null | Value::String(_)));
     let field = |name: &str| msg.get(name).and_then(Value::as_str).map(str::to_string);
     let expected = match event.as_str() {
-        "started" => field("session_id").map(|session_id| ServerMessage::Started { session_id }),
+        "started" if mistyped("resume_token") => None,
+        "started" => field("session_id").map(|session_id| ServerMessage::Started {
+            session_id,
+            resume_token: field("resume_token"),
+        }),
         "mark" => field("name").map(ServerMessage::Mark),
         "clear" => Some(ServerMessage::Clear),
         "transfer" if mistyped("target") => None,

@@ -143,3 +143,84 @@ fn a_dropped_caller_sends_no_stop_and_asks_for_no_close_handshake() {
     assert!(h.caller.is_done());
     assert_eq!(h.record().outcome, Outcome::Dropped);
 }
+
+#[test]
+fn a_reconnect_resumes_the_same_partner_session_with_its_token() {
+    let mut h = Harness::partner(&[(100, 400)], PartnerFormat::Pcmu);
+    h.caller.plan.hold = true;
+    h.open(ms(0));
+    h.server(
+        ms(10),
+        json!({"event":"started","session_id":"s-1","resume_token":"t1"}),
+    );
+    h.binary_audio(ms(50), 300);
+    h.partner_mark(ms(50), "turn-1");
+    let end = h.run_until_speech_ends(ms(5_000));
+    h.binary_audio(end + ms(300), 200);
+    h.partner_mark(end + ms(300), "turn-2");
+    h.run_until(end + ms(2_000));
+    assert_eq!(h.caller.phase_label(), "holding");
+    let at = end + ms(2_000);
+    h.caller.handle_cue(at, Cue::Reconnect { after: ms(500) });
+    h.drain();
+    let asked = h.events("(reconnect)");
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].1["token"], "t1");
+    assert_eq!(asked[0].1["after_ms"], 500);
+    assert!(h.events("stop").is_empty(), "a reconnect is not a hang-up");
+    assert!(h.caller.is_live());
+    // The new connection: the same session, a new token.
+    h.server(
+        at + ms(600),
+        json!({"event":"started","session_id":"s-1","resume_token":"t2"}),
+    );
+    h.run_until(at + ms(5_000));
+    h.caller.handle_cue(at + ms(5_000), Cue::HangUp);
+    h.drain();
+    assert!(h.ended_with_stop_and_close());
+    let r = h.record();
+    assert_eq!(r.outcome, Outcome::Completed);
+    assert_eq!(r.resumes, 1);
+    assert_eq!(
+        r.malformed_events, 0,
+        "the second started confirmed the resume"
+    );
+}
+
+#[test]
+fn a_reconnect_without_a_token_only_drops() {
+    let mut h = Harness::new(&[(100, 400)]);
+    h.open(ms(0));
+    h.caller
+        .handle_cue(ms(10), Cue::Reconnect { after: ms(500) });
+    h.drain();
+    assert!(h.events("(reconnect)").is_empty());
+    assert!(h.events("stop").is_empty());
+    let r = h.record();
+    assert_eq!(r.outcome, Outcome::Dropped);
+    assert_eq!(r.resumes, 0);
+}
+
+#[test]
+fn a_refused_resume_is_a_failure_of_the_call() {
+    let mut h = Harness::partner(&[(100, 400)], PartnerFormat::Pcmu);
+    h.open(ms(0));
+    h.server(
+        ms(10),
+        json!({"event":"started","session_id":"s-1","resume_token":"t1"}),
+    );
+    h.caller.handle_cue(ms(20), Cue::Reconnect { after: ms(0) });
+    h.drain();
+    let err = crate::error::LoadError::Refused {
+        url: "ws://x".into(),
+        status: 410,
+        body: "resume_expired".into(),
+    };
+    h.caller.handle_resume_failed(ms(30), &err);
+    let r = h.record();
+    assert!(
+        matches!(&r.outcome, Outcome::Failed { reason } if reason.contains("resume failed")),
+        "{:?}",
+        r.outcome
+    );
+}
