@@ -118,16 +118,38 @@ pub async fn partner_stream(
         .max_message_size(cap)
         .max_frame_size(cap)
         .read_buffer_size(8 * 1024);
-    if let Some(token) = headers.get(RESUME_HEADER) {
-        return resume(&resumes, ws, token.to_str().unwrap_or(""), &partner);
+    let route = route_value(&cfg.server.instance);
+    let mut response = match headers.get(RESUME_HEADER) {
+        Some(token) => resume(&resumes, ws, token.to_str().unwrap_or(""), &partner),
+        None => {
+            let tracker = app.tasks.clone();
+            ws.on_upgrade(move |socket| async move {
+                tracker
+                    .spawn(handle(app, resumes, socket, partner))
+                    .await
+                    .ok();
+            })
+        }
+    };
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        response.headers_mut().insert(ROUTE_HEADER, route);
     }
-    let tracker = app.tasks.clone();
-    ws.on_upgrade(move |socket| async move {
-        tracker
-            .spawn(handle(app, resumes, socket, partner))
-            .await
-            .ok();
-    })
+    response
+}
+
+/// The response header of every accepted partner upgrade that names this
+/// instance, opaquely: a balancer sticks a resume (which sends it back) to
+/// the instance holding the call, since resume tokens live there
+/// (`deploy/haproxy`: `stick store-response` / `stick match`).
+pub const ROUTE_HEADER: &str = "callgate-route";
+
+/// This instance's route: the first 16 bytes of SHA-256 over its name, in
+/// hex — stable across restarts, and naming nothing a partner can read.
+pub fn route_value(instance: &str) -> axum::http::HeaderValue {
+    let digest = Sha256::digest(format!("callgate-route:{instance}").as_bytes());
+    // Hex digits are always a valid header value.
+    axum::http::HeaderValue::from_str(&hex(&digest[..16]))
+        .unwrap_or(axum::http::HeaderValue::from_static("0"))
 }
 
 /// The partner carrier's route, with the resume registry its handler

@@ -403,14 +403,16 @@ mod smoke {
             assert_eq!(
                 heard(started(&a)),
                 client::ServerMessage::Started {
-                    session_id: a.clone()
+                    session_id: a.clone(),
+                    resume_token: None,
                 }
             );
-            // The resume token is an optional field older clients ignore.
+            // The resume token: optional, kept by a client that resumes.
             assert_eq!(
                 heard(started_resumable(&a, &b)),
                 client::ServerMessage::Started {
-                    session_id: a.clone()
+                    session_id: a.clone(),
+                    resume_token: Some(b.clone()),
                 }
             );
             assert_eq!(heard(mark(&a)), client::ServerMessage::Mark(a.clone()));
