@@ -73,7 +73,7 @@ struct RunArgs {
     out: PathBuf,
     /// The Ed25519 key that signs the receipt (`callgate drill keygen`).
     #[arg(long, env = "CALLGATE_DRILL_SIGNING_KEY")]
-    signing_key: PathBuf,
+    signing_key: Option<PathBuf>,
     /// Multiplies every step's hold (never below the fixture's `min_hold_s`).
     #[arg(long, default_value_t = 1.0)]
     hold_scale: f64,
@@ -148,7 +148,10 @@ async fn drill(args: RunArgs) -> anyhow::Result<ExitCode> {
         fixture.repeats = r;
         fixture.validate()?;
     }
-    let key = callgate_drill::sign::load_key(&args.signing_key)
+    let Some(key_path) = &args.signing_key else {
+        bail!("--signing-key is required (make one with `callgate drill keygen PATH`)");
+    };
+    let key = callgate_drill::sign::load_key(key_path)
         .context("the signing key (make one with `callgate drill keygen PATH`)")?;
     let revisions = revisions(&args.routing_config);
     let receipt = match args.spawn {

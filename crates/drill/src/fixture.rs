@@ -86,8 +86,8 @@ pub enum Role {
     CancelTool,
     /// Speaks, then vanishes (no stop, no close frame) when told.
     Disconnecter,
-    /// Like a disconnecter, then dials again with its resume token
-    /// (partner legs only).
+    /// Like a disconnecter, then dials again with its resume token after
+    /// `reconnect_after_ms` (always a partner leg: only partner calls resume).
     Reconnecter,
 }
 
@@ -128,6 +128,9 @@ pub struct RoleSettings {
     pub utterance_ms: u32,
     /// Dead air longer than this while a reply is owed makes a call silent.
     pub silence_threshold_ms: u64,
+    /// How long a reconnecter stays away before it resumes (inside the
+    /// server's `partner.resume_window_ms`, 15 s by default).
+    pub reconnect_after_ms: u64,
 }
 
 /// One step of the staircase.
@@ -266,6 +269,15 @@ impl Fixture {
                 }
             }
         }
+        let reconnects = self
+            .steps
+            .iter()
+            .any(|s| s.sessions.get(&Role::Reconnecter).is_some_and(|n| *n > 0));
+        if reconnects && self.ingress.get(&Ingress::Partner).is_none_or(|w| *w == 0) {
+            return bad(
+                "reconnecter sessions resume over the partner ingress: give it a weight".into(),
+            );
+        }
         if drains > 1 {
             return bad("at most one step may drain an instance".into());
         }
@@ -286,6 +298,9 @@ impl Fixture {
         }
         if r.silence_threshold_ms < 500 {
             return bad("silence_threshold_ms must be at least 500");
+        }
+        if r.reconnect_after_ms > 60_000 {
+            return bad("reconnect_after_ms must be at most 60000");
         }
         if r.barge_in_at_ms > 10_000 || r.cancel_after_ms > 60_000 {
             return bad("barge_in_at_ms must be ≤ 10000 and cancel_after_ms ≤ 60000");

@@ -176,7 +176,7 @@ impl Drill {
             checks: receipt::checks(runs, &self.fixture),
             invariants: receipt::invariants(runs),
             worst_sessions: worst(runs)?,
-            not_tested: receipt::not_tested(&self.fixture),
+            not_tested: receipt::not_tested(),
             pressure_calibration: calibrate::calibrate(&points, reply_mark),
             decision: Decision {
                 verdict: Verdict::Hold,

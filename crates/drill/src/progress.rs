@@ -32,8 +32,9 @@ pub fn line(live: &Live, repeats: u32) -> String {
         .ok()
         .and_then(|p| p.as_ref().map(|p| p.counts()))
         .unwrap_or_default();
+    let run = live.run.load(Ordering::Relaxed);
     let mut out = format!(
-        "drill ({repeats} runs) step {step} | admitted {} refused {} silent {} failed {} active {}",
+        "run {run}/{repeats} step {step} | admitted {} refused {} silent {} failed {} active {}",
         counts.admitted, counts.rejected, counts.silent, counts.failed, counts.active
     );
     if let Ok(latest) = live.latest.lock() {

@@ -202,25 +202,14 @@ fn merge(out: &mut Vec<Check>, step: &str, o: &Observation) {
 }
 
 /// What this drill could not exercise, named.
-pub fn not_tested(fixture: &Fixture) -> Vec<String> {
-    let mut out = vec![
+pub fn not_tested() -> Vec<String> {
+    vec![
         "SIP calls through Kamailio: the drill's callers speak Twilio and partner WebSockets only"
             .to_string(),
         "WebRTC: callgate has no WebRTC ingress yet".into(),
         "RTP jitter and packet loss: no RTP leg ran".into(),
         "tool acknowledgement time: the ledger records no tool acknowledgement".into(),
-    ];
-    let reconnects = fixture
-        .steps
-        .iter()
-        .any(|s| s.sessions.get(&Role::Reconnecter).is_some_and(|n| *n > 0));
-    if reconnects {
-        out.push(
-            "partner resume after a disconnect: reconnecter sessions were dropped but not resumed (the load tool cannot resume yet)"
-                .into(),
-        );
-    }
-    out
+    ]
 }
 
 /// Sum of active sessions over instances, per sampling tick; the most.

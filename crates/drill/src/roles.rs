@@ -129,6 +129,7 @@ mod tests {
             barge_in_at_ms: 400,
             utterance_ms: 1_200,
             silence_threshold_ms: 3_000,
+            reconnect_after_ms: 2_000,
         }
     }
 

@@ -56,6 +56,8 @@ pub struct Live {
     pub step: std::sync::Mutex<String>,
     pub latest: std::sync::Mutex<Vec<Sample>>,
     pub violations: AtomicUsize,
+    /// The run going (1-based).
+    pub run: std::sync::atomic::AtomicU32,
 }
 
 struct Placed {
@@ -77,6 +79,7 @@ impl Conductor<'_> {
 
     /// Runs staircase `number` (1-based) with `seed`.
     pub async fn run(&self, number: u32, seed: u64) -> Run {
+        self.live.run.store(number, Ordering::Relaxed);
         let epoch = Instant::now();
         let started_at = jiff::Timestamp::now().to_string();
         let total: u32 = self.fixture.max_concurrency();
@@ -179,7 +182,11 @@ impl Conductor<'_> {
 
     fn place(&self, st: &mut RunState, step: &str, role: Role, after_drain: bool) {
         let index = st.placed.len();
-        let ingress = st.ingresses.get(index).copied().unwrap_or(Ingress::Twilio);
+        let ingress = match role {
+            // Only partner calls resume.
+            Role::Reconnecter => Ingress::Partner,
+            _ => st.ingresses.get(index).copied().unwrap_or(Ingress::Twilio),
+        };
         let seat = Seat {
             index,
             role,
@@ -288,11 +295,18 @@ impl Conductor<'_> {
         span
     }
 
-    /// Drops the step's disconnecters and reconnecters (no stop, no close).
+    /// Drops the step's disconnecters and reconnecters (no stop, no close);
+    /// the reconnecters come back with their resume tokens.
     fn disrupt(&self, st: &mut RunState, first: usize) {
         let at = ms(st.epoch.elapsed());
+        let after = Duration::from_millis(self.fixture.roles.reconnect_after_ms);
         for p in &mut st.placed[first..] {
-            if p.session.role.drops() && p.cues.try_send(Cue::Drop).is_ok() {
+            let cue = match p.session.role {
+                Role::Disconnecter => Cue::Drop,
+                Role::Reconnecter => Cue::Reconnect { after },
+                _ => continue,
+            };
+            if p.cues.try_send(cue).is_ok() {
                 p.session.dropped_ms = Some(at);
             }
         }

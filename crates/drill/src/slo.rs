@@ -401,6 +401,14 @@ fn lifecycle(b: &mut Builder, run: &Run, step: usize, s: &[&Session], grace: f64
         })
         .sum();
     b.zero(Family::Lifecycle, "state_loss", lost, admitted.len());
+    let back: Vec<&&Session> = s.iter().filter(|x| x.role == Role::Reconnecter).collect();
+    if !back.is_empty() {
+        let lost = back
+            .iter()
+            .filter(|x| x.record.as_ref().is_none_or(|r| r.resumes == 0))
+            .count();
+        b.zero(Family::Lifecycle, "resumes_failed", lost, back.len());
+    }
     let drained_here = run.drain.as_ref().is_some_and(|d| {
         let span = &run.steps[step];
         d.at_ms >= span.started_ms && d.at_ms <= span.ended_ms
