@@ -169,6 +169,7 @@ async fn drill(args: RunArgs) -> anyhow::Result<ExitCode> {
                 balancer,
                 twilio_token: args.twilio_token.clone(),
                 partner_key: args.partner_key.clone(),
+                sip: None,
             };
             let d = Drill {
                 fixture,
@@ -249,6 +250,7 @@ async fn spawned(
             balancer: format!("ws://{}", stack.lb.frontend()),
             twilio_token: None,
             partner_key: Some(partner_key),
+            sip: None,
         },
         instances: vec![admin(&stack.a.server)?, admin(&stack.b)?],
         hold_scale: args.hold_scale,

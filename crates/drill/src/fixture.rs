@@ -35,9 +35,11 @@ pub struct Fixture {
     /// The drain policy the drained instance must be configured with
     /// (`finish` or `transfer`); a run that observes another fails.
     pub drain_policy: String,
-    /// How long after the drain the drill waits before starting the
-    /// sessions that must land elsewhere: the balancer's time to notice
-    /// (at least its agent-check interval; 2 s in `deploy/haproxy`).
+    /// The balancer's time to notice a drain or a return: after the drain
+    /// the drill waits this long before starting the sessions that must
+    /// land elsewhere, and after reopening the drained instance before the
+    /// next run (at least its check interval × `rise`: 2 s × 2 in
+    /// `deploy/haproxy`).
     pub drain_settle_ms: u64,
     /// What each role does.
     pub roles: RoleSettings,
@@ -59,6 +61,11 @@ pub enum Ingress {
     Twilio,
     /// The partner WebSocket through the balancer.
     Partner,
+    /// SIP through the SIP proxy (Kamailio), when the drill has a SIP
+    /// dialer ([`crate::sip::SipDialer`]). SIP legs take speaker seats
+    /// only; another seat drawn for SIP, or any seat without a dialer,
+    /// goes to Twilio.
+    Sip,
 }
 
 impl Ingress {
@@ -66,6 +73,7 @@ impl Ingress {
         match self {
             Ingress::Twilio => "twilio",
             Ingress::Partner => "partner",
+            Ingress::Sip => "sip",
         }
     }
 }
@@ -179,6 +187,10 @@ pub struct Thresholds {
     pub first_audio_p95_ms: u64,
     /// media: outbound underruns summed over a step's receipts.
     pub underruns_max: u64,
+    /// media: the worst interarrival jitter a SIP leg's RTP showed (ledger).
+    pub rtp_jitter_max_ms: f64,
+    /// media: the worst share of a SIP leg's RTP packets lost, percent.
+    pub rtp_loss_max_pct: f64,
     /// interaction: speech end → the reply's first audio, as heard, p95.
     pub reply_p95_ms: u64,
     /// interaction: speech onset → `clear` heard, worst interrupter.

@@ -4,7 +4,8 @@
 //! ending in a signed session-capacity receipt (docs/drill.md).
 //!
 //! What it is: the conductor ([`run::Conductor`]) that places each step's
-//! callers (the load tool's cued callers, one role each: [`Role`]), finds
+//! callers (the load tool's cued callers, one role each: [`Role`]; SIP legs
+//! through the [`sip::SipDialer`] its caller gives, if any), finds
 //! them in the ledger (`GET /v1/sessions?carrier_call_id=`), activates the
 //! silent ones inside the fixture's window, drops the disconnecters,
 //! drains one seeded instance, samples every instance's `/admin/status`
@@ -33,7 +34,8 @@
 //!     Instance::new("http://127.0.0.1:9091", Some("admin-token".into()))?,
 //!     Instance::new("http://127.0.0.1:9092", Some("admin-token".into()))?,
 //! ];
-//! let dialing = Dialing { balancer: "ws://127.0.0.1:8080".into(), twilio_token: None, partner_key: Some("key".into()) };
+//! let dialing = Dialing { balancer: "ws://127.0.0.1:8080".into(), twilio_token: None,
+//!     partner_key: Some("key".into()), sip: None };
 //! let key = callgate_drill::sign::load_key("drill.key".as_ref())?;
 //! let drill = Drill { fixture, fixture_text: text, dialing, instances, hold_scale: 1.0,
 //!     revisions: Default::default(), progress: true };
@@ -53,6 +55,7 @@ pub mod receipt;
 pub mod roles;
 pub mod run;
 pub mod sign;
+pub mod sip;
 pub mod slo;
 pub mod target;
 pub mod verify;
@@ -176,7 +179,7 @@ impl Drill {
             checks: receipt::checks(runs, &self.fixture),
             invariants: receipt::invariants(runs),
             worst_sessions: worst(runs)?,
-            not_tested: receipt::not_tested(),
+            not_tested: receipt::not_tested(runs),
             pressure_calibration: calibrate::calibrate(&points, reply_mark),
             decision: Decision {
                 verdict: Verdict::Hold,

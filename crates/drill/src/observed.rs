@@ -33,10 +33,44 @@ pub struct Session {
     pub activated_ms: Option<u64>,
     /// When the conductor dropped its socket.
     pub dropped_ms: Option<u64>,
-    /// What the caller measured.
+    /// What the caller measured (a WebSocket leg).
     pub record: Option<CallRecord>,
+    /// How a SIP leg ended, as its caller saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sip: Option<crate::sip::SipEnded>,
     /// The session's receipt (`GET /v1/sessions/{id}`) after cleanup.
     pub receipt: Option<Value>,
+}
+
+impl Session {
+    /// A session just dialled: nothing found or measured yet.
+    pub fn new(
+        index: usize,
+        step: &str,
+        role: Role,
+        ingress: Ingress,
+        carrier_call_id: String,
+        dialled_ms: u64,
+        after_drain: bool,
+    ) -> Session {
+        Session {
+            index,
+            step: step.to_string(),
+            role,
+            ingress,
+            carrier_call_id,
+            dialled_ms,
+            session_id: None,
+            owner: None,
+            after_drain,
+            drain_victim: false,
+            activated_ms: None,
+            dropped_ms: None,
+            record: None,
+            sip: None,
+            receipt: None,
+        }
+    }
 }
 
 /// One instance's `/admin/status`, reduced to what the drill reads.

@@ -202,14 +202,21 @@ fn merge(out: &mut Vec<Check>, step: &str, o: &Observation) {
 }
 
 /// What this drill could not exercise, named.
-pub fn not_tested() -> Vec<String> {
-    vec![
-        "SIP calls through Kamailio: the drill's callers speak Twilio and partner WebSockets only"
-            .to_string(),
-        "WebRTC: callgate has no WebRTC ingress yet".into(),
-        "RTP jitter and packet loss: no RTP leg ran".into(),
-        "tool acknowledgement time: the ledger records no tool acknowledgement".into(),
-    ]
+pub fn not_tested(runs: &[Run]) -> Vec<String> {
+    let sip_ran = runs
+        .iter()
+        .flat_map(|r| &r.sessions)
+        .any(|s| s.ingress == crate::fixture::Ingress::Sip && s.receipt.is_some());
+    let mut out = Vec::new();
+    if !sip_ran {
+        out.push(
+            "SIP calls through Kamailio: no SIP dialer was given, so no SIP leg ran".to_string(),
+        );
+        out.push("RTP jitter and packet loss: no RTP leg ran".into());
+    }
+    out.push("WebRTC: callgate has no WebRTC ingress yet".into());
+    out.push("tool acknowledgement time: the ledger records no tool acknowledgement".into());
+    out
 }
 
 /// Sum of active sessions over instances, per sampling tick; the most.

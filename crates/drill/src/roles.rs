@@ -66,7 +66,8 @@ pub fn plan(seat: Seat, roles: &RoleSettings, seed: u64, call_timeout: Duration)
         call_timeout,
         voice_seed: rng.random(),
         protocol: match seat.ingress {
-            Ingress::Twilio => CallProtocol::Twilio,
+            // A SIP leg never gets a plan: its caller is the SIP dialer.
+            Ingress::Twilio | Ingress::Sip => CallProtocol::Twilio,
             Ingress::Partner => CallProtocol::Partner(PartnerFormat::Pcmu),
         },
         barge_in_at,

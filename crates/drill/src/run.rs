@@ -23,6 +23,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use crate::fixture::{Fixture, Ingress, Role, Step};
 use crate::observed::{DrainSeen, Run, Sample, Session, StepSpan};
 use crate::roles::{self, Seat};
+use crate::sip::SipEnded;
 use crate::target::{Dialing, Instance};
 
 /// Longest a dialled session may take to appear in the ledger.
@@ -62,8 +63,15 @@ pub struct Live {
 
 struct Placed {
     session: Session,
+    /// A SIP leg's has no receiver: it cannot be cued.
     cues: mpsc::Sender<Cue>,
-    task: Option<JoinHandle<CallRecord>>,
+    task: Option<JoinHandle<Ended>>,
+}
+
+/// How a placed session ended, by the kind of caller it was.
+enum Ended {
+    Ws(Box<CallRecord>),
+    Sip(SipEnded),
 }
 
 impl Conductor<'_> {
@@ -122,6 +130,8 @@ impl Conductor<'_> {
         let mut drain = state.drain.take();
         if let (Some(d), Some(v)) = (drain.as_mut(), state.victim) {
             d.undrained = self.instances[v].undrain().await.unwrap_or(false);
+            // The next run must find it back in the balancer's rotation.
+            sleep(Duration::from_millis(self.fixture.drain_settle_ms)).await;
         }
         let samples = std::mem::take(&mut *samples.lock().await);
         Run {
@@ -146,7 +156,7 @@ impl Conductor<'_> {
             let started_ms = ms(st.epoch.elapsed());
             let first = st.placed.len();
             for role in seats_of(step) {
-                self.place(st, &step.name, role, false);
+                self.place(st, i, role, false);
             }
             self.admit(st, first).await?;
             let activation = match step.activate_within_s {
@@ -164,7 +174,7 @@ impl Conductor<'_> {
                     sleep(Duration::from_millis(self.fixture.drain_settle_ms)).await;
                     let after = st.placed.len();
                     for _ in 0..extra {
-                        self.place(st, &step.name, Role::Speaker, true);
+                        self.place(st, i, Role::Speaker, true);
                     }
                     self.admit(st, after).await?;
                     sleep(self.hold(step) / 2).await;
@@ -180,13 +190,22 @@ impl Conductor<'_> {
         Ok(())
     }
 
-    fn place(&self, st: &mut RunState, step: &str, role: Role, after_drain: bool) {
+    fn place(&self, st: &mut RunState, step_index: usize, role: Role, after_drain: bool) {
+        let step = self.fixture.steps[step_index].name.as_str();
         let index = st.placed.len();
-        let ingress = match role {
+        let drawn = st.ingresses.get(index).copied().unwrap_or(Ingress::Twilio);
+        let ingress = match (role, drawn) {
             // Only partner calls resume.
-            Role::Reconnecter => Ingress::Partner,
-            _ => st.ingresses.get(index).copied().unwrap_or(Ingress::Twilio),
+            (Role::Reconnecter, _) => Ingress::Partner,
+            // A SIP leg can only be a speaker, and only with a dialer.
+            (Role::Speaker, Ingress::Sip) if self.dialing.sip.is_some() => Ingress::Sip,
+            (_, Ingress::Sip) => Ingress::Twilio,
+            (_, other) => other,
         };
+        if ingress == Ingress::Sip {
+            let hold = self.remaining(step_index, after_drain);
+            return self.place_sip(st, step, role, after_drain, hold);
+        }
         let seat = Seat {
             index,
             role,
@@ -197,27 +216,68 @@ impl Conductor<'_> {
         let dial = self.dial(ingress);
         let (cues, rx) = mpsc::channel(CUE_QUEUE);
         let progress = Arc::clone(&st.progress);
-        let task = tokio::spawn(async move { place_cued_call(plan, &dial, &progress, rx).await });
+        let task = tokio::spawn(async move {
+            Ended::Ws(Box::new(place_cued_call(plan, &dial, &progress, rx).await))
+        });
+        let dialled_ms = ms(st.epoch.elapsed());
         st.placed.push(Placed {
-            session: Session {
+            session: Session::new(
                 index,
-                step: step.to_string(),
+                step,
                 role,
                 ingress,
                 carrier_call_id,
-                dialled_ms: ms(st.epoch.elapsed()),
-                session_id: None,
-                owner: None,
+                dialled_ms,
                 after_drain,
-                drain_victim: false,
-                activated_ms: None,
-                dropped_ms: None,
-                record: None,
-                receipt: None,
-            },
+            ),
             cues,
             task: Some(task),
         });
+    }
+
+    /// A SIP leg: its Call-ID is fresh and known, so the ledger finds it.
+    fn place_sip(
+        &self,
+        st: &mut RunState,
+        step: &str,
+        role: Role,
+        after_drain: bool,
+        hold: Duration,
+    ) {
+        let Some(dialer) = self.dialing.sip.clone() else {
+            return;
+        };
+        let index = st.placed.len();
+        let call_id = format!("drill-{:016x}-{index}@callgate", st.seed);
+        let (cues, _) = mpsc::channel(1);
+        let call = dialer.call(call_id.clone(), hold);
+        let task = tokio::spawn(async move { Ended::Sip(call.await) });
+        st.placed.push(Placed {
+            session: Session::new(
+                index,
+                step,
+                role,
+                Ingress::Sip,
+                call_id,
+                ms(st.epoch.elapsed()),
+                after_drain,
+            ),
+            cues,
+            task: Some(task),
+        });
+    }
+
+    /// What is left of the staircase's planned holds from a session placed
+    /// in step `i` (after its drain, when `after_drain`): how long a SIP leg
+    /// holds the line, since it cannot be told to hang up.
+    fn remaining(&self, i: usize, after_drain: bool) -> Duration {
+        let own = self.hold(&self.fixture.steps[i]);
+        let own = if after_drain { own / 2 } else { own };
+        let later: Duration = self.fixture.steps[i + 1..]
+            .iter()
+            .map(|s| self.hold(s))
+            .sum();
+        own + later
     }
 
     fn dial(&self, ingress: Ingress) -> Dial {
@@ -230,7 +290,7 @@ impl Conductor<'_> {
                     .clone()
                     .map_or(Auth::None, Auth::TwilioSignature),
             },
-            Ingress::Partner => Dial {
+            Ingress::Partner | Ingress::Sip => Dial {
                 url: self.dialing.partner_url(),
                 auth: self
                     .dialing
@@ -360,7 +420,12 @@ impl Conductor<'_> {
         let hung_up = Instant::now();
         for p in &mut st.placed {
             if let Some(task) = p.task.take() {
-                p.session.record = task.await.ok();
+                // A caller task that panicked leaves its session unmeasured.
+                match task.await {
+                    Ok(Ended::Ws(r)) => p.session.record = Some(*r),
+                    Ok(Ended::Sip(s)) => p.session.sip = Some(s),
+                    Err(_) => {}
+                }
             }
         }
         // Callers that ended before the lookup found them may still be in

@@ -224,6 +224,41 @@ fn media(b: &mut Builder, s: &[&Session]) {
         (n > 0).then(|| under.iter().sum()),
         n,
     );
+    rtp(b, s);
+}
+
+/// RTP, as the server measured it on each SIP leg.
+fn rtp(b: &mut Builder, s: &[&Session]) {
+    let rtp: Vec<&Value> = receipts(s)
+        .map(|r| &r["stats"]["media"]["transport"])
+        .filter(|t| t.is_object())
+        .collect();
+    if rtp.is_empty() {
+        return;
+    }
+    let jitter: Vec<f64> = rtp
+        .iter()
+        .filter_map(|t| t["max_jitter_ms"].as_f64())
+        .collect();
+    b.add(
+        Family::Media,
+        "rtp_jitter_max_ms",
+        worst(&jitter),
+        jitter.len(),
+    );
+    let loss: Vec<f64> = rtp
+        .iter()
+        .filter_map(|t| {
+            let expected = t["expected"].as_f64()?;
+            let lost = t["lost"].as_f64()?;
+            Some(if expected > 0.0 {
+                100.0 * lost / expected
+            } else {
+                0.0
+            })
+        })
+        .collect();
+    b.add(Family::Media, "rtp_loss_max_pct", worst(&loss), loss.len());
 }
 
 /// The session's replies belong to the step it spoke in: a quiet caller
@@ -392,6 +427,17 @@ fn lifecycle(b: &mut Builder, run: &Run, step: usize, s: &[&Session], grace: f64
         })
         .count();
     b.zero(Family::Lifecycle, "failed", failed, placed);
+    let sip: Vec<&&Session> = s
+        .iter()
+        .filter(|x| x.ingress == crate::fixture::Ingress::Sip)
+        .collect();
+    if !sip.is_empty() {
+        let broken = sip
+            .iter()
+            .filter(|x| x.sip.as_ref().is_none_or(|e| !e.completed))
+            .count();
+        b.zero(Family::Lifecycle, "sip_calls_failed", broken, sip.len());
+    }
     let admitted: Vec<&&Session> = s.iter().filter(|x| x.session_id.is_some()).collect();
     let lost: usize = admitted
         .iter()

@@ -12,7 +12,7 @@ use crate::error::DrillError;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where callers dial and with which credentials.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Dialing {
     /// `ws://host:port` of the balancer (HAProxy's frontend): Twilio
     /// streams go to `/v1/media-stream`, partner calls to
@@ -22,6 +22,18 @@ pub struct Dialing {
     pub twilio_token: Option<String>,
     /// The partner API key partner calls present.
     pub partner_key: Option<String>,
+    /// Places the SIP legs; `None`: no SIP leg runs (named in the receipt).
+    pub sip: Option<std::sync::Arc<dyn crate::sip::SipDialer>>,
+}
+
+impl std::fmt::Debug for Dialing {
+    /// Credentials stay out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dialing")
+            .field("balancer", &self.balancer)
+            .field("sip", &self.sip.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Dialing {

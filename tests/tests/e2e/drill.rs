@@ -1,23 +1,29 @@
 //! `callgate drill`, CI-sized, for real: one staircase of the shipped
 //! fixture (holds at their floor) against two callgate instances behind
-//! the production HAProxy configuration, sharing one Postgres and one set
-//! of simulators (the slow tool takes 2 s). The clean run must show zero
+//! the production HAProxy configuration (WebSocket legs) and the
+//! production Kamailio configuration (SIP legs, placed by sipp), sharing
+//! one Postgres and one set of simulators (the slow tool takes 2 s). The clean run must show zero
 //! invariants, a decision computed from the thresholds, and a receipt that
 //! verifies — and stops verifying when one byte changes; the same evidence
 //! with one threshold tightened is a `hold` naming it. One instance whose
 //! permits leak (`[faults] leak_permits`) must make the drill fail.
 #![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use callgate::config::Config;
 use callgate::server::Running;
+use callgate_drill::sip::{SipCall, SipDialer, SipEnded};
 use callgate_drill::target::{Dialing, Instance};
 use callgate_drill::{Drill, Fixture, Receipt, Verdict};
 use callgate_sim::SimConfig;
 use callgate_tests::haproxy::{Backend, Haproxy, HaproxyOpts};
-use callgate_tests::{Harness, add_partner, second_instance};
+use callgate_tests::kamailio::{KamOpts, Kamailio, free_udp_addrs};
+use callgate_tests::sipp::{Sipp, SippOpts};
+use callgate_tests::{Harness, add_partner, second_instance, sip};
 
 const FIXTURE: &str = include_str!("../../../drills/voice-onboarding-v1.toml");
 const PARTNER_KEY: &str = "drill-partner-key";
@@ -28,6 +34,34 @@ struct Pool {
     h: Harness,
     b: Running,
     lb: Haproxy,
+    kam: Kamailio,
+}
+
+/// SIP legs: sipp's `call_pcmu.xml` (speech, then RTP silence for the
+/// hold, then BYE) through Kamailio, with the Call-ID the drill chose.
+struct SippThroughKamailio {
+    proxy: SocketAddr,
+}
+
+impl SipDialer for SippThroughKamailio {
+    fn call(&self, call_id: String, hold: Duration) -> SipCall {
+        let proxy = self.proxy;
+        Box::pin(async move {
+            let opts = SippOpts {
+                timeout: hold + Duration::from_secs(60),
+                trace_msg: false,
+                ..SippOpts::default()
+            }
+            .var("hold_ms", &hold.as_millis().to_string())
+            .var("turns", "1")
+            .args(["-cid_str", call_id.as_str()]);
+            let out = Sipp::uac("call_pcmu.xml", proxy, opts).await.wait().await;
+            SipEnded {
+                completed: out.succeeded(),
+                detail: out.to_string(),
+            }
+        })
+    }
 }
 
 fn tweak(c: &mut Config) {
@@ -40,8 +74,16 @@ impl Pool {
     async fn start(second: impl FnOnce(&mut Config)) -> Pool {
         let mut sim = SimConfig::default();
         sim.dialog.tool_delay_ms = 2_000;
-        let h = Harness::start(sim, tweak).await;
+        let h = sip::start(sim, tweak).await;
         let (b, _) = second_instance(&h, second).await;
+        let sips = [&h.server, &b].map(|r| r.sip.as_ref().expect("sip enabled").addr);
+        let kam = tokio::task::spawn_blocking(move || {
+            let [listen] = free_udp_addrs::<1>()?;
+            Kamailio::start(listen, &sips, &KamOpts::default())
+        })
+        .await
+        .expect("the kamailio start-up task")
+        .unwrap_or_else(|e| panic!("{e}"));
         let backend = |r: &Running| Backend {
             http: r.addr,
             agent_port: r.agent_addr.expect("agent enabled").port(),
@@ -52,7 +94,7 @@ impl Pool {
         lb.wait_for("both up", UP, |s| s.iter().all(|s| s.status == "UP"))
             .await
             .unwrap_or_else(|e| panic!("{e}\n{}", lb.log()));
-        Pool { h, b, lb }
+        Pool { h, b, lb, kam }
     }
 
     fn drill(&self, fixture: Fixture) -> Drill {
@@ -64,6 +106,9 @@ impl Pool {
                 balancer: format!("ws://{}", self.lb.frontend()),
                 twilio_token: None,
                 partner_key: Some(PARTNER_KEY.into()),
+                sip: Some(Arc::new(SippThroughKamailio {
+                    proxy: self.kam.listen(),
+                })),
             },
             instances: vec![admin(&self.h.server), admin(&self.b)],
             hold_scale: 0.0,
@@ -75,6 +120,7 @@ impl Pool {
     /// Stops both; B's drain gets `b_deadline` (a leaking B never reaches
     /// zero calls, so it is given a short one).
     async fn stop(self, b_deadline: Duration) {
+        drop(self.kam);
         self.b.shutdown(b_deadline).await;
         self.h.stop().await;
     }
@@ -145,8 +191,30 @@ async fn a_ci_sized_drill_passes_signs_and_verifies_and_a_tightened_threshold_ho
         let c = check(&receipt, step, name);
         assert!(c.from > 0 && c.observed > 0.0, "{c:?}");
     }
+    // SIP legs ran through Kamailio, completed, and their RTP was measured.
+    let sip: Vec<_> = receipt
+        .checks
+        .iter()
+        .filter(|c| c.name == "sip_calls_failed")
+        .collect();
+    assert!(
+        sip.iter().map(|c| c.from).sum::<usize>() >= 1,
+        "no SIP leg ran"
+    );
+    assert!(sip.iter().all(|c| c.observed == 0.0), "{sip:?}");
+    assert!(
+        receipt
+            .checks
+            .iter()
+            .any(|c| c.name == "rtp_jitter_max_ms" && c.from > 0)
+    );
+    assert!(
+        !receipt.not_tested.iter().any(|n| n.starts_with("SIP")),
+        "{:?}",
+        receipt.not_tested
+    );
     // Every threshold met: the decision is limited to what was tested
-    // (one staircase, floor holds, no SIP), never promote.
+    // (one staircase, floor holds, no WebRTC), never promote.
     let failed: Vec<_> = receipt.checks.iter().filter(|c| !c.pass).collect();
     assert!(failed.is_empty(), "{failed:#?}");
     assert_eq!(
