@@ -257,9 +257,30 @@ async fn spawned(
         revisions,
         progress: true,
     };
-    let receipt = d.run(&args.out, key).await;
+    // Interrupted (Ctrl-C, or SIGTERM), the stack is still stopped: no
+    // Postgres or HAProxy is left behind. No receipt is written then.
+    let receipt = tokio::select! {
+        r = d.run(&args.out, key) => r.map_err(anyhow::Error::from),
+        () = interrupted() => Err(anyhow::anyhow!("interrupted: the drill was stopped before its receipt")),
+    };
     stack.stop().await;
-    Ok(receipt?)
+    receipt
+}
+
+/// SIGINT or SIGTERM.
+async fn interrupted() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
 }
 
 struct Stack {
