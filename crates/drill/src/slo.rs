@@ -483,7 +483,101 @@ fn drained_well(s: &Session) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
+
     use super::*;
+    use crate::fixture::{Fixture, Ingress};
+    use crate::observed::{DrainSeen, StepSpan};
+    use serde_json::json;
+
+    fn session(index: usize, step: &str, role: Role, replies: &[u64]) -> Session {
+        let mut s = Session::new(
+            index,
+            step,
+            role,
+            Ingress::Twilio,
+            format!("CA{index}"),
+            0,
+            false,
+        );
+        s.session_id = Some(format!("s-{index}"));
+        s.owner = Some("a".into());
+        s.record = Some(CallRecord {
+            outcome: Outcome::Completed,
+            reply_latency_ms: replies.to_vec(),
+            ..CallRecord::default()
+        });
+        s.receipt = Some(json!({"end_reason": "caller_hangup", "cleanup_status": "completed"}));
+        s
+    }
+
+    fn run() -> Run {
+        let span = |name: &str, a, b| StepSpan {
+            name: name.into(),
+            started_ms: a,
+            ended_ms: b,
+            activation: None,
+        };
+        let mut quiet = session(0, "A", Role::Quiet, &[700]);
+        quiet.activated_ms = Some(1_500);
+        let mut victim = session(3, "A", Role::Speaker, &[900]);
+        victim.drain_victim = true;
+        victim.receipt =
+            Some(json!({"end_reason": "drain_deadline", "cleanup_status": "completed"}));
+        Run {
+            number: 1,
+            seed: 1,
+            started_at: String::new(),
+            duration_ms: 2_000,
+            steps: vec![span("A", 0, 1_000), span("B", 1_000, 2_000)],
+            sessions: vec![
+                quiet,
+                session(1, "A", Role::ToolWaiter, &[500, 500, 500, 6_000]),
+                session(2, "B", Role::Speaker, &[800]),
+                victim,
+            ],
+            samples: Vec::new(),
+            drain: Some(DrainSeen {
+                instance: "a".into(),
+                at_ms: 1_500,
+                policy: Some("finish".into()),
+                undrained: true,
+            }),
+            cleanup_converged_ms: Some(10),
+            violations: Vec::new(),
+            failure: None,
+        }
+    }
+
+    fn value(obs: &[Observation], name: &str) -> Option<f64> {
+        obs.iter().find(|o| o.name == name).map(|o| o.value)
+    }
+
+    #[test]
+    fn replies_belong_to_the_step_they_were_spoken_in_and_the_tools_to_delegation() {
+        let f =
+            Fixture::from_toml(include_str!("../../../drills/voice-onboarding-v1.toml")).unwrap();
+        let a = step_observations(&run(), 0, &f.thresholds, 4);
+        let b = step_observations(&run(), 1, &f.thresholds, 4);
+        // A: the tool-waiter's three ordinary replies and the victim's; the
+        // tool's own reply is delegation's; the quiet caller spoke in B.
+        assert_eq!(value(&a, "reply_p95_ms"), Some(900.0));
+        assert_eq!(value(&a, "tool_reply_max_ms"), Some(6_000.0));
+        assert_eq!(value(&b, "reply_p95_ms"), Some(800.0), "700 and 800");
+        // The drain happened in B: its victims are judged there, once.
+        assert_eq!(value(&a, "drain_failures"), None);
+        assert_eq!(
+            value(&b, "drain_failures"),
+            Some(1.0),
+            "ended by the drain deadline"
+        );
+        assert!(
+            !b.iter()
+                .find(|o| o.name == "drain_failures")
+                .unwrap()
+                .passes()
+        );
+    }
 
     #[test]
     fn percentiles_are_nearest_rank() {
