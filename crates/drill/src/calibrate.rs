@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::observed::Run;
-use crate::slo::percentile;
+use crate::slo::{conversational_replies, percentile, spoke_in};
 
 /// Points a fit needs: more than its five coefficients.
 pub const MIN_POINTS: usize = 8;
@@ -56,10 +56,11 @@ pub struct Calibration {
 }
 
 /// The points of `runs`.
-pub fn points(runs: &[Run]) -> Vec<Point> {
+/// `tool_utterance` as the fixture's roles name it (its reply is left out).
+pub fn points(runs: &[Run], tool_utterance: usize) -> Vec<Point> {
     let mut out = Vec::new();
     for run in runs.iter().filter(|r| r.completed()) {
-        for (i, span) in run.steps.iter().enumerate() {
+        for i in 0..run.steps.len() {
             let mut names: Vec<&str> = run
                 .samples
                 .iter()
@@ -69,7 +70,7 @@ pub fn points(runs: &[Run]) -> Vec<Point> {
             names.sort_unstable();
             names.dedup();
             for name in names {
-                if let Some(p) = point(run, i, &span.name, name) {
+                if let Some(p) = point(run, i, name, tool_utterance) {
                     out.push(p);
                 }
             }
@@ -78,7 +79,7 @@ pub fn points(runs: &[Run]) -> Vec<Point> {
     out
 }
 
-fn point(run: &Run, step: usize, step_name: &str, instance: &str) -> Option<Point> {
+fn point(run: &Run, step: usize, instance: &str, tool_utterance: usize) -> Option<Point> {
     let samples: Vec<_> = run
         .samples
         .iter()
@@ -93,22 +94,16 @@ fn point(run: &Run, step: usize, step_name: &str, instance: &str) -> Option<Poin
         mean(&|s| s.delegating as f64),
         mean(&|s| s.recovering as f64),
     ];
-    let span = &run.steps[step];
     let mut replies: Vec<f64> = run
         .sessions
         .iter()
-        .filter(|s| s.owner.as_deref() == Some(instance))
-        .filter(|s| match s.activated_ms {
-            Some(at) => at >= span.started_ms && at <= span.ended_ms,
-            None => s.step == step_name && s.role != crate::fixture::Role::Quiet,
-        })
-        .filter_map(|s| s.record.as_ref())
-        .flat_map(|r| r.reply_latency_ms.iter().map(|m| *m as f64))
+        .filter(|s| s.owner.as_deref() == Some(instance) && spoke_in(run, step, s))
+        .flat_map(|s| conversational_replies(s, tool_utterance))
         .collect();
     let reply_p95_ms = percentile(&mut replies, 95.0)?;
     Some(Point {
         run: run.number,
-        step: step_name.to_string(),
+        step: run.steps[step].name.clone(),
         instance: instance.to_string(),
         components,
         score: mean(&|s| s.pressure_score),

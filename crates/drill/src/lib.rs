@@ -153,7 +153,7 @@ impl Drill {
             .map(receipt::max_concurrency)
             .max()
             .unwrap_or(0);
-        let points = calibrate::points(runs);
+        let points = calibrate::points(runs, self.fixture.roles.tool_utterance);
         let reply_mark = self.fixture.thresholds.reply_p95_ms as f64;
         let mut r = Receipt {
             kind: receipt::KIND.into(),

@@ -261,9 +261,25 @@ fn rtp(b: &mut Builder, s: &[&Session]) {
     b.add(Family::Media, "rtp_loss_max_pct", worst(&loss), loss.len());
 }
 
+/// The replies a session heard, as the caller timed them, except a tool
+/// role's reply to its tool utterance: that one waits for the tool and is
+/// delegation's (`tool_reply_max_ms`), not the conversation's.
+pub fn conversational_replies(s: &Session, tool_utterance: usize) -> Vec<f64> {
+    let own = match s.role {
+        Role::ToolWaiter | Role::CancelTool => tool_utterance.checked_sub(1),
+        _ => None,
+    };
+    s.record
+        .iter()
+        .flat_map(|r| r.reply_latency_ms.iter().enumerate())
+        .filter(|(i, _)| Some(*i) != own)
+        .map(|(_, m)| *m as f64)
+        .collect()
+}
+
 /// The session's replies belong to the step it spoke in: a quiet caller
 /// speaks in the step that activated it.
-fn spoke_in(run: &Run, step: usize, s: &Session) -> bool {
+pub fn spoke_in(run: &Run, step: usize, s: &Session) -> bool {
     let span = &run.steps[step];
     match (s.role, s.activated_ms) {
         (Role::Quiet, Some(at)) => at >= span.started_ms && at <= span.ended_ms,
@@ -278,22 +294,9 @@ fn interaction(b: &mut Builder, run: &Run, step: usize, tool_index: usize) {
         .iter()
         .filter(|s| spoke_in(run, step, s))
         .collect();
-    // A tool role's reply to its tool utterance waits for the tool: that
-    // one is delegation's, not interaction's.
     let replies: Vec<f64> = spoke
         .iter()
-        .filter_map(|s| Some((s.role, s.record.as_ref()?)))
-        .flat_map(|(role, r)| {
-            let own = match role {
-                Role::ToolWaiter | Role::CancelTool => tool_index.saturating_sub(1),
-                _ => usize::MAX,
-            };
-            r.reply_latency_ms
-                .iter()
-                .enumerate()
-                .filter(move |(i, _)| *i != own)
-                .map(|(_, m)| *m as f64)
-        })
+        .flat_map(|s| conversational_replies(s, tool_index))
         .collect();
     let (v, n) = p95(replies);
     b.add(Family::Interaction, "reply_p95_ms", v, n);
