@@ -8,7 +8,9 @@
 //! that step. A least-squares fit `p95 ≈ b0 + b_a·active + b_s·speaking +
 //! b_d·delegating + b_r·recovering` gives each component's cost; divided
 //! by an active session's, those are the suggested weights (an active
-//! session weighs 1). Too few points, a component that never varied, or a
+//! session weighs 1). A component that never varied across the points is
+//! left out of the fit and named (its running weight stands). Too few
+//! points, active sessions that never varied, collinear components or a
 //! non-positive cost of an active session leave the weights unfitted, and
 //! the receipt says which.
 
@@ -33,12 +35,17 @@ pub struct Point {
     pub reply_p95_ms: f64,
 }
 
-/// The weights' values (an active session = 1).
+/// The weights' values (an active session = 1); `None` for a component
+/// that never varied across the points (nothing to fit it from: keep the
+/// running weight).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Weights {
-    pub speaking: f64,
-    pub delegating: f64,
-    pub recovering: f64,
+    pub speaking: Option<f64>,
+    pub delegating: Option<f64>,
+    pub recovering: Option<f64>,
+    /// The components left out, named.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub never_varied: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -131,6 +138,8 @@ pub fn calibrate(points: &[Point], knee_mark: f64) -> Calibration {
     }
 }
 
+const NAMES: [&str; 4] = ["active", "speaking", "delegating", "recovering"];
+
 fn fit(points: &[Point]) -> Result<Weights, String> {
     if points.len() < MIN_POINTS {
         return Err(format!(
@@ -138,72 +147,76 @@ fn fit(points: &[Point]) -> Result<Weights, String> {
             points.len()
         ));
     }
-    for (i, name) in ["active", "speaking", "delegating", "recovering"]
-        .iter()
-        .enumerate()
-    {
-        let first = points[0].components[i];
-        if points
-            .iter()
-            .all(|p| (p.components[i] - first).abs() < 1e-9)
-        {
-            return Err(format!("{name} never varied across the points"));
-        }
+    let varied: Vec<usize> = (0..4)
+        .filter(|&i| {
+            let first = points[0].components[i];
+            points
+                .iter()
+                .any(|p| (p.components[i] - first).abs() >= 1e-9)
+        })
+        .collect();
+    if varied.first() != Some(&0) {
+        return Err("active never varied across the points".into());
     }
-    // Normal equations of [1, components] → reply p95.
-    let mut a = [[0.0f64; 5]; 5];
-    let mut y = [0.0f64; 5];
+    // Normal equations of [1, the varied components] → reply p95.
+    let n = varied.len() + 1;
+    let mut a = vec![vec![0.0f64; n]; n];
+    let mut y = vec![0.0f64; n];
     for p in points {
-        let x = [
-            1.0,
-            p.components[0],
-            p.components[1],
-            p.components[2],
-            p.components[3],
-        ];
-        for r in 0..5 {
-            for c in 0..5 {
+        let x: Vec<f64> = std::iter::once(1.0)
+            .chain(varied.iter().map(|&i| p.components[i]))
+            .collect();
+        for r in 0..n {
+            for c in 0..n {
                 a[r][c] += x[r] * x[c];
             }
             y[r] += x[r] * p.reply_p95_ms;
         }
     }
     let b = solve(a, y).ok_or("the components are collinear across the points")?;
-    if b[1] <= 0.0 {
+    let per_active = b[1];
+    if per_active <= 0.0 {
         return Err(format!(
-            "an active session showed no cost ({:.3} ms per session)",
-            b[1]
+            "an active session showed no cost ({per_active:.3} ms per session)"
         ));
     }
-    let w = |v: f64| ((v / b[1]).max(0.0) * 100.0).round() / 100.0;
+    let weight = |component: usize| {
+        let k = varied.iter().position(|&i| i == component)?;
+        Some(((b[k + 1] / per_active).max(0.0) * 100.0).round() / 100.0)
+    };
     Ok(Weights {
-        speaking: w(b[2]),
-        delegating: w(b[3]),
-        recovering: w(b[4]),
+        speaking: weight(1),
+        delegating: weight(2),
+        recovering: weight(3),
+        never_varied: (1..4)
+            .filter(|i| !varied.contains(i))
+            .map(|i| NAMES[i].to_string())
+            .collect(),
     })
 }
 
 /// Gaussian elimination with partial pivoting; `None` when singular.
-fn solve(mut a: [[f64; 5]; 5], mut y: [f64; 5]) -> Option<[f64; 5]> {
-    for col in 0..5 {
-        let pivot = (col..5).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
+fn solve(mut a: Vec<Vec<f64>>, mut y: Vec<f64>) -> Option<Vec<f64>> {
+    let n = y.len();
+    for col in 0..n {
+        let pivot = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
         if a[pivot][col].abs() < 1e-9 {
             return None;
         }
         a.swap(col, pivot);
         y.swap(col, pivot);
-        for row in col + 1..5 {
+        for row in col + 1..n {
             let f = a[row][col] / a[col][col];
-            let pivot_row = a[col];
+            let pivot_row = a[col].clone();
             for (cell, p) in a[row].iter_mut().zip(pivot_row).skip(col) {
                 *cell -= f * p;
             }
             y[row] -= f * y[col];
         }
     }
-    let mut x = [0.0; 5];
-    for row in (0..5).rev() {
-        let tail: f64 = (row + 1..5).map(|k| a[row][k] * x[k]).sum();
+    let mut x = vec![0.0; n];
+    for row in (0..n).rev() {
+        let tail: f64 = (row + 1..n).map(|k| a[row][k] * x[k]).sum();
         x[row] = (y[row] - tail) / a[row][row];
     }
     Some(x)
@@ -238,7 +251,11 @@ mod tests {
             .collect();
         let cal = calibrate(&pts, 600.0);
         let w = cal.suggested.expect("fitted");
-        assert_eq!((w.speaking, w.delegating, w.recovering), (3.0, 5.0, 2.0));
+        assert_eq!(
+            (w.speaking, w.delegating, w.recovering),
+            (Some(3.0), Some(5.0), Some(2.0))
+        );
+        assert!(w.never_varied.is_empty());
         assert!(cal.knee_score.is_some(), "points above 600 ms exist");
     }
 
@@ -247,14 +264,31 @@ mod tests {
         let few = calibrate(&[p([1.0, 0.0, 0.0, 0.0], 500.0)], 600.0);
         assert!(few.unfitted.unwrap().contains("at least"));
         assert_eq!(few.knee_score, None);
-        let flat: Vec<Point> = (0..10)
-            .map(|i| p([f64::from(i), 1.0, 0.0, 0.0], 500.0))
-            .collect();
+        let flat: Vec<Point> = (0..10).map(|_| p([1.0, 0.0, 0.0, 0.0], 500.0)).collect();
         assert!(
             calibrate(&flat, 600.0)
                 .unfitted
                 .unwrap()
-                .contains("speaking never varied")
+                .contains("active never varied")
         );
+    }
+
+    #[test]
+    fn a_component_that_never_varied_is_left_out_and_named() {
+        // Active and speaking vary; nobody delegated or recovered.
+        let cost = |c: [f64; 4]| 400.0 + 20.0 * c[0] + 60.0 * c[1];
+        let pts: Vec<Point> = (0..10)
+            .map(|i| {
+                let i = f64::from(i);
+                let c = [3.0 + i, (i * 3.0) % 4.0, 0.0, 0.0];
+                p(c, cost(c))
+            })
+            .collect();
+        let w = calibrate(&pts, 10_000.0).suggested.expect("fitted");
+        assert_eq!(
+            (w.speaking, w.delegating, w.recovering),
+            (Some(3.0), None, None)
+        );
+        assert_eq!(w.never_varied, ["delegating", "recovering"]);
     }
 }
