@@ -141,6 +141,11 @@ async fn verify(
 
 async fn drill(args: RunArgs) -> anyhow::Result<ExitCode> {
     callgate::ensure_tls_provider();
+    let Some(key_path) = &args.signing_key else {
+        bail!("--signing-key is required (make one with `callgate drill keygen PATH`)");
+    };
+    let key = callgate_drill::sign::load_key(key_path)
+        .context("the signing key (make one with `callgate drill keygen PATH`)")?;
     let text = std::fs::read_to_string(&args.fixture)
         .with_context(|| format!("reading {}", args.fixture.display()))?;
     let mut fixture = Fixture::from_toml(&text)?;
@@ -148,11 +153,6 @@ async fn drill(args: RunArgs) -> anyhow::Result<ExitCode> {
         fixture.repeats = r;
         fixture.validate()?;
     }
-    let Some(key_path) = &args.signing_key else {
-        bail!("--signing-key is required (make one with `callgate drill keygen PATH`)");
-    };
-    let key = callgate_drill::sign::load_key(key_path)
-        .context("the signing key (make one with `callgate drill keygen PATH`)")?;
     let revisions = revisions(&args.routing_config);
     let receipt = match args.spawn {
         Some(n) => spawned(n, &args, fixture, text, revisions, &key).await?,

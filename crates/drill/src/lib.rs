@@ -133,7 +133,7 @@ impl Drill {
             bar.abort();
             eprintln!();
         }
-        let receipt = self.receipt(&runs, revisions, names, key)?;
+        let receipt = self.receipt(&runs, revisions, names, key);
         write_folder(out, self, &runs, &receipt, key)?;
         Ok(receipt)
     }
@@ -144,7 +144,7 @@ impl Drill {
         revisions: Revisions,
         instances: Vec<String>,
         key: &SigningKey,
-    ) -> Result<Receipt, DrillError> {
+    ) -> Receipt {
         let completed = runs.iter().filter(|r| r.completed()).count() as u32;
         let list = runs.iter().map(run_line).collect();
         let max_tested_concurrency = runs
@@ -178,7 +178,7 @@ impl Drill {
             max_tested_concurrency,
             checks: receipt::checks(runs, &self.fixture),
             invariants: receipt::invariants(runs),
-            worst_sessions: worst(runs)?,
+            worst_sessions: worst(runs),
             not_tested: receipt::not_tested(runs),
             pressure_calibration: calibrate::calibrate(&points, reply_mark),
             decision: Decision {
@@ -188,7 +188,7 @@ impl Drill {
             },
         };
         r.decision = receipt::decide(&r, runs);
-        Ok(r)
+        r
     }
 }
 
@@ -222,7 +222,7 @@ fn providers(runs: &[Run]) -> std::collections::BTreeMap<String, String> {
     out
 }
 
-fn worst(runs: &[Run]) -> Result<std::collections::BTreeMap<String, Worst>, DrillError> {
+fn worst(runs: &[Run]) -> std::collections::BTreeMap<String, Worst> {
     let mut out = std::collections::BTreeMap::new();
     for (family, run, s, value) in receipt::worst_sessions(runs) {
         let (Some(id), Some(r)) = (&s.session_id, &s.receipt) else {
@@ -240,7 +240,7 @@ fn worst(runs: &[Run]) -> Result<std::collections::BTreeMap<String, Worst>, Dril
             },
         );
     }
-    Ok(out)
+    out
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
