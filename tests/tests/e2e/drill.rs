@@ -240,9 +240,17 @@ async fn a_ci_sized_drill_passes_signs_and_verifies_and_a_tightened_threshold_ho
     assert_eq!(v.ledger, receipt.worst_sessions.len());
     assert!(v.copies >= 3, "{:?}", receipt.worst_sessions.keys());
 
-    // One byte changed in the decision: verification fails.
-    let tampered = yaml.replacen("verdict: limited", "verdict: promote", 1);
-    assert_ne!(tampered, yaml);
+    // One byte changed (the first digit of the tested concurrency):
+    // verification fails.
+    let at = yaml.find("max_tested_concurrency: ").unwrap() + "max_tested_concurrency: ".len();
+    let mut bytes = yaml.clone().into_bytes();
+    bytes[at] = if bytes[at] == b'9' {
+        b'8'
+    } else {
+        bytes[at] + 1
+    };
+    let tampered = String::from_utf8(bytes).unwrap();
+    assert_eq!(tampered.len(), yaml.len());
     std::fs::write(out.join("receipt.yaml"), &tampered).unwrap();
     let e = callgate_drill::verify::folder(&out, None)
         .await
