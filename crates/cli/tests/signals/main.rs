@@ -6,6 +6,7 @@
 
 mod check;
 mod drain;
+mod drill;
 mod image;
 mod owner;
 mod reload;
