@@ -22,9 +22,9 @@
 //!
 //! ```no_run
 //! # async fn demo(a: std::net::SocketAddr, a_agent: u16, b: std::net::SocketAddr, b_agent: u16)
-//! # -> Result<(), callgate_tests::haproxy::HarnessError> {
+//! # -> Result<(), callgate_rig::haproxy::HarnessError> {
 //! use std::time::Duration;
-//! use callgate_tests::haproxy::{Backend, Haproxy, HaproxyOpts};
+//! use callgate_rig::haproxy::{Backend, Haproxy, HaproxyOpts};
 //! let lb = Haproxy::start(
 //!     [Backend { http: a, agent_port: a_agent }, Backend { http: b, agent_port: b_agent }],
 //!     &HaproxyOpts::default(),
