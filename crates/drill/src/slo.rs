@@ -167,17 +167,8 @@ fn admission(b: &mut Builder, run: &Run, s: &[&Session]) {
         worst(&waits),
         waits.len(),
     );
-    let refused = records(s)
-        .filter(|r| matches!(r.outcome, Outcome::Rejected { .. }))
-        .count();
-    let placed = records(s).count();
-    b.push(
-        Family::Admission,
-        "refused",
-        Some(refused as f64),
-        b.thresholds["refused_max"].as_f64(),
-        placed,
-    );
+    let refused = |o: &Outcome| matches!(o, Outcome::Rejected { .. });
+    outcomes(b, (Family::Admission, "refused", "refused_max"), s, refused);
     if let Some(d) = &run.drain {
         let after: Vec<&&Session> = s.iter().filter(|x| x.after_drain).collect();
         let landed = after
@@ -188,6 +179,19 @@ fn admission(b: &mut Builder, run: &Run, s: &[&Session]) {
     }
     let over = s.iter().filter(|x| over_budget(run, x)).count();
     b.zero(Family::Admission, "over_budget_assignments", over, s.len());
+}
+
+/// How many of the step's callers ended as `hit` says, against the
+/// fixture's threshold `key`: `(family, name, key)`.
+fn outcomes(
+    b: &mut Builder,
+    (family, name, key): (Family, &str, &str),
+    s: &[&Session],
+    hit: impl Fn(&Outcome) -> bool,
+) {
+    let n = records(s).filter(|r| hit(&r.outcome)).count();
+    let max = b.thresholds[key].as_f64();
+    b.push(family, name, Some(n as f64), max, records(s).count());
 }
 
 /// The session's owner was at or over its committed-pressure capacity in
@@ -410,17 +414,9 @@ fn lifecycle(b: &mut Builder, run: &Run, step: usize, s: &[&Session], grace: f64
         worst(&cleanups),
         cleanups.len(),
     );
-    let silent = records(s)
-        .filter(|r| matches!(r.outcome, Outcome::Silent { .. }))
-        .count();
+    let silent = |o: &Outcome| matches!(o, Outcome::Silent { .. });
+    outcomes(b, (Family::Lifecycle, "silent", "silent_max"), s, silent);
     let placed = records(s).count();
-    b.push(
-        Family::Lifecycle,
-        "silent",
-        Some(silent as f64),
-        b.thresholds["silent_max"].as_f64(),
-        placed,
-    );
     let failed = records(s)
         .filter(|r| {
             matches!(
