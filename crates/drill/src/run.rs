@@ -32,6 +32,10 @@ pub const ADMIT_WITHIN: Duration = Duration::from_secs(30);
 const LOOKUP_POLL: Duration = Duration::from_millis(250);
 /// How often every instance's status is sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+/// Longest wait for every caller to end after the hang-up (a WebSocket
+/// caller closes at once; a SIP leg's planned hold ends before the
+/// staircase does).
+pub const CALLERS_END_WITHIN: Duration = Duration::from_secs(120);
 /// Longest wait for every receipt to close after the hang-up.
 pub const CLEANUP_WITHIN: Duration = Duration::from_secs(60);
 /// Longest wait for a drained instance to say it is draining.
@@ -418,15 +422,28 @@ impl Conductor<'_> {
             let _ = p.cues.try_send(Cue::HangUp);
         }
         let hung_up = Instant::now();
+        let mut stuck = 0;
         for p in &mut st.placed {
-            if let Some(task) = p.task.take() {
-                // A caller task that panicked leaves its session unmeasured.
-                match task.await {
-                    Ok(Ended::Ws(r)) => p.session.record = Some(*r),
-                    Ok(Ended::Sip(s)) => p.session.sip = Some(s),
-                    Err(_) => {}
+            let Some(mut task) = p.task.take() else {
+                continue;
+            };
+            // A caller task that panicked leaves its session unmeasured; one
+            // still running at the deadline is stopped and counted.
+            match tokio::time::timeout_at(hung_up + CALLERS_END_WITHIN, &mut task).await {
+                Ok(Ok(Ended::Ws(r))) => p.session.record = Some(*r),
+                Ok(Ok(Ended::Sip(s))) => p.session.sip = Some(s),
+                Ok(Err(_)) => {}
+                Err(_) => {
+                    task.abort();
+                    stuck += 1;
                 }
             }
+        }
+        if stuck > 0 {
+            return Err(format!(
+                "{stuck} callers had not ended {} s after the hang-up",
+                CALLERS_END_WITHIN.as_secs()
+            ));
         }
         // Callers that ended before the lookup found them may still be in
         // the ledger (a refused upgrade is not): ask once more.
