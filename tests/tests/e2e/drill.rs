@@ -217,17 +217,7 @@ async fn a_ci_sized_drill_passes_signs_and_verifies_and_a_tightened_threshold_ho
     // (one staircase, floor holds, no WebRTC), never promote.
     let failed: Vec<_> = receipt.checks.iter().filter(|c| !c.pass).collect();
     assert!(failed.is_empty(), "{failed:#?}");
-    assert_eq!(
-        receipt.decision.verdict,
-        Verdict::Limited,
-        "{:?}",
-        receipt.decision
-    );
-    assert!(
-        receipt.decision.reason.contains("1 staircase(s)"),
-        "{}",
-        receipt.decision.reason
-    );
+    assert_decision(&receipt, Verdict::Limited, "1 staircase(s)");
 
     // The signature and every referenced session check out, against the
     // copies and the ledger.
@@ -271,6 +261,16 @@ async fn a_ci_sized_drill_passes_signs_and_verifies_and_a_tightened_threshold_ho
     pool.stop(Duration::from_secs(10)).await;
 }
 
+/// The receipt's verdict, and a reason that says `why`.
+fn assert_decision(receipt: &Receipt, verdict: Verdict, why: &str) {
+    assert_eq!(receipt.decision.verdict, verdict, "{:?}", receipt.decision);
+    assert!(
+        receipt.decision.reason.contains(why),
+        "{}",
+        receipt.decision.reason
+    );
+}
+
 fn read_runs(out: &Path) -> Vec<callgate_drill::observed::Run> {
     let text = std::fs::read_to_string(out.join("runs/run-1.json")).unwrap();
     vec![serde_json::from_str(&text).unwrap()]
@@ -289,17 +289,7 @@ async fn an_instance_that_leaks_permits_makes_the_drill_fail() {
     );
     let leaked = receipt.invariants["leaked_counter"];
     assert!(leaked > 0, "{:#?}", receipt.invariants);
-    assert_eq!(
-        receipt.decision.verdict,
-        Verdict::Rollback,
-        "{:?}",
-        receipt.decision
-    );
-    assert!(
-        receipt.decision.reason.contains("leaked_counter"),
-        "{}",
-        receipt.decision.reason
-    );
+    assert_decision(&receipt, Verdict::Rollback, "leaked_counter");
     // Still a sound, signed receipt: a failed drill is evidence too.
     assert!(
         callgate_drill::verify::folder(&out, None)
