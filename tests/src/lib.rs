@@ -10,6 +10,8 @@
 /// HAProxy in front of two instances (lives in the rig, which `callgate
 /// drill --spawn` shares).
 pub use callgate_rig::haproxy;
+/// Real headless Chromium over the DevTools protocol (the WebRTC tests' caller).
+pub mod chromium;
 pub mod kamailio;
 pub mod partner_raw;
 pub(crate) use callgate_rig::process;

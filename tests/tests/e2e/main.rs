@@ -9,6 +9,7 @@ mod audit;
 mod bad_input;
 mod barge_in;
 mod barge_in_measured;
+mod chromium_smoke;
 mod close_handshake;
 mod conversation;
 mod cough;
