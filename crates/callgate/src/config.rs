@@ -24,6 +24,7 @@ mod ledger;
 mod ownership;
 mod receipt;
 mod sip;
+mod webrtc;
 pub use agent::AgentConfig;
 pub use drain::{DrainConfig, DrainPolicy};
 pub use exposure::Exposure;
@@ -32,6 +33,7 @@ pub use ledger::{LedgerConfig, PressureConfig};
 pub use ownership::OwnershipConfig;
 pub use receipt::{MAX_LABEL_KEY_BYTES, MAX_LABEL_VALUE_BYTES, ReceiptConfig, RetentionConfig};
 pub use sip::{SipConfig, SipOverflow};
+pub use webrtc::{WebrtcConfig, WebrtcOverflow};
 
 /// The whole configuration.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -57,6 +59,8 @@ pub struct Config {
     pub log: LogConfig,
     /// The SIP/RTP ingress.
     pub sip: SipConfig,
+    /// The WebRTC ingress.
+    pub webrtc: WebrtcConfig,
     /// The counter reconciler (`reconcile`).
     pub ledger: LedgerConfig,
     /// Committed-pressure weights.
@@ -593,6 +597,7 @@ impl Config {
             );
         }
         self.sip.validate().map_err(ConfigError::Invalid)?;
+        self.webrtc.validate().map_err(ConfigError::Invalid)?;
         self.drain.validate().map_err(ConfigError::Invalid)?;
         self.ledger.validate().map_err(ConfigError::Invalid)?;
         self.pressure.validate().map_err(ConfigError::Invalid)?;

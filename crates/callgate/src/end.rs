@@ -98,6 +98,14 @@ pub enum EndReason {
     /// A SIP peer sent no RTP and no RTCP for `sip.rtp_timeout_ms` and no
     /// BYE either: callgate hangs up (BYE) so nothing leaks.
     RtpTimeout,
+    /// A WebRTC caller's ICE never connected within `webrtc.ice_timeout_ms`.
+    IceFailed,
+    /// ... its DTLS handshake did not finish within `webrtc.dtls_timeout_ms`.
+    DtlsFailed,
+    /// ... its browser stopped its consent checks (RFC 7675) for
+    /// `webrtc.consent_timeout_ms`, or its ICE pair went away: a closed
+    /// tab, a lost network.
+    ConsentLost,
     /// The drain deadline passed with the call still running.
     DrainDeadline,
     /// A drain with policy `transfer` handed the call to the human path at
@@ -138,6 +146,9 @@ impl EndReason {
             EndReason::Stalled(_) => "stalled",
             EndReason::MediaStalled => "carrier_media_stalled",
             EndReason::RtpTimeout => "rtp_timeout",
+            EndReason::IceFailed => "ice_failed",
+            EndReason::DtlsFailed => "dtls_failed",
+            EndReason::ConsentLost => "consent_lost",
             EndReason::DrainDeadline => "drain_deadline",
             EndReason::DrainTransfer => "drain_transfer",
             EndReason::OwnerFenced => "owner_fenced",
@@ -172,6 +183,9 @@ impl EndReason {
                 | EndReason::CarrierGone
                 | EndReason::CarrierGoneDuringSetup
                 | EndReason::RtpTimeout
+                | EndReason::IceFailed
+                | EndReason::DtlsFailed
+                | EndReason::ConsentLost
         )
     }
 
@@ -222,6 +236,9 @@ impl End {
                     | EndReason::CarrierGoneDuringSetup
                     | EndReason::ProtocolViolation(_)
                     | EndReason::MediaStalled
+                    | EndReason::IceFailed
+                    | EndReason::DtlsFailed
+                    | EndReason::ConsentLost
             ),
         }
     }

@@ -86,6 +86,19 @@ pub const RTP_TIMEOUTS: &str = "callgate_rtp_timeouts_total";
 pub const RTP_DROPPED: &str = "callgate_rtp_packets_dropped_total";
 /// 20 ms frames the jitter buffer concealed with silence (lost or late).
 pub const RTP_CONCEALED: &str = "callgate_rtp_frames_concealed_total";
+/// WebRTC sessions held now (signalling and media; `webrtc.max_sessions`).
+pub const WEBRTC_SESSIONS: &str = "callgate_webrtc_sessions";
+/// `POST /v1/webrtc` answers, by `outcome` (`answered`, `refused`,
+/// `unauthorized`, `bad_sdp`, `no_opus`, `too_large`, ... — the refusal kind).
+pub const WEBRTC_OFFERS: &str = "callgate_webrtc_offers_total";
+/// WebRTC sessions whose transport was lost, by `why` (`ice_failed`,
+/// `dtls_failed`, `consent_lost`).
+pub const WEBRTC_LOST: &str = "callgate_webrtc_transport_lost_total";
+/// 20 ms frames libopus concealed (PLC) on WebRTC calls.
+pub const WEBRTC_PLC_FRAMES: &str = "callgate_webrtc_plc_frames_total";
+/// Datagrams the shared WebRTC socket dropped, by `kind` (`stun`, `dtls`,
+/// `rtp`, `other`) and `why` (`no_session`, `too_many_addrs`, `inbox_full`).
+pub const WEBRTC_DROPPED: &str = "callgate_webrtc_datagrams_dropped_total";
 /// The three session counters (`reconcile`), set only while known.
 pub const LEDGER_OPEN: &str = "callgate_ledger_open_sessions";
 pub const RUNTIME_ACTIVE: &str = "callgate_runtime_active_sessions";

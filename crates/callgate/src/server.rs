@@ -104,7 +104,7 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
         .transpose()?;
     let stop_http = CancellationToken::new();
     warn_about_exposures(&app.cfg());
-    let carriers = Arc::new(crate::carrier::Carriers::default());
+    let carriers = Arc::new(crate::carrier::Carriers::start(&app.cfg()).await?);
     let http = match admin_listener {
         None => vec![serve_http(
             listener,

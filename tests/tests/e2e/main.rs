@@ -41,3 +41,5 @@ mod stt_bad_days;
 mod tools;
 mod tts_bad_days;
 mod watchdog;
+mod webrtc;
+mod webrtc_bad_input;

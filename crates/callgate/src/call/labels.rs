@@ -26,6 +26,8 @@ pub enum Transport {
     SipUdp,
     /// SIP over TCP (media over RTP).
     SipTcp,
+    /// WebRTC: HTTP signalling, media over ICE/DTLS-SRTP on UDP.
+    WebrtcUdp,
 }
 
 impl Transport {
@@ -34,6 +36,7 @@ impl Transport {
             Transport::WebSocket => "websocket",
             Transport::SipUdp => "sip-udp",
             Transport::SipTcp => "sip-tcp",
+            Transport::WebrtcUdp => "webrtc-udp",
         }
     }
 }

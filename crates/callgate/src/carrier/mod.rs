@@ -7,6 +7,7 @@
 //! | [`twilio`] | Media Streams JSON, request signatures | `GET /v1/media-stream` | [`twilio::leg::TwilioLeg`] |
 //! | [`partner`] | the partner protocol (`docs/partner-protocol.md`), resume tokens | `GET /v1/partner/stream` | [`partner::leg::PartnerLeg`] |
 //! | [`sip`] | SIP over UDP/TCP, SDP, RTP | the SIP listener | [`sip::leg::SipLeg`] |
+//! | [`webrtc`] | WHIP-style HTTP signalling, ICE-lite/DTLS-SRTP/Opus on one UDP socket | `POST /v1/webrtc` | [`webrtc::leg::WebrtcLeg`] |
 //!
 //! What no code outside a carrier's home does: name its wire types. The
 //! shared path after the handshake — admission wait, hold audio, overflow,
@@ -17,6 +18,7 @@
 pub mod partner;
 pub mod sip;
 pub mod twilio;
+pub mod webrtc;
 pub mod ws;
 
 use std::sync::Arc;
@@ -30,12 +32,32 @@ use crate::app::CallServices;
 pub struct Carriers {
     /// Partner resume tokens of the calls running here.
     pub partner_resumes: Arc<partner::leg::Registry>,
+    /// The WebRTC media socket and sessions, when `webrtc.enabled`.
+    pub webrtc: Option<Arc<webrtc::WebrtcShared>>,
 }
 
 impl Carriers {
+    /// What the configuration enables: the WebRTC socket is bound here.
+    pub async fn start(cfg: &crate::config::Config) -> anyhow::Result<Carriers> {
+        let webrtc = if cfg.webrtc.enabled {
+            Some(webrtc::WebrtcShared::start(cfg.webrtc.clone()).await?)
+        } else {
+            None
+        };
+        Ok(Carriers {
+            partner_resumes: Arc::default(),
+            webrtc,
+        })
+    }
+
     /// The WebSocket carriers' upgrade routes (SIP has its own listener,
     /// started by `server::start`).
     pub fn routes(&self) -> Router<Arc<CallServices>> {
-        twilio::ingress::routes().merge(partner::ingress::routes(Arc::clone(&self.partner_resumes)))
+        let ws = twilio::ingress::routes()
+            .merge(partner::ingress::routes(Arc::clone(&self.partner_resumes)));
+        match &self.webrtc {
+            Some(w) => ws.merge(webrtc::signalling::routes(Arc::clone(w))),
+            None => ws,
+        }
     }
 }

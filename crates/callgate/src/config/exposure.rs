@@ -62,6 +62,13 @@ impl Config {
                 message: "sip.trusted_peers is empty: any host that can reach this SIP listener can place calls (set it to your carriers' / proxies' addresses)",
             });
         }
+        if self.webrtc.enabled && self.webrtc.open && exposed(self.server.listen) {
+            out.push(Exposure {
+                key: "webrtc.open",
+                addr: self.server.listen,
+                message: "webrtc.open is true: POST /v1/webrtc places calls without a partner key for anyone who can reach this listener",
+            });
+        }
         out
     }
 }

@@ -264,6 +264,9 @@ fn left_during_setup(ev: LegEvent) -> Option<End> {
         LegEvent::Violation(v) => {
             Some(End::new(EndReason::ProtocolViolation(v.kind), now).with_detail(v.detail))
         }
+        LegEvent::TransportLost(loss, detail) => {
+            Some(End::new(loss.end(), now).with_detail(detail))
+        }
         LegEvent::MediaTimeout(after) => Some(
             End::new(EndReason::RtpTimeout, now)
                 .with_detail(format!("no RTP or RTCP for {} ms", after.as_millis())),

@@ -18,6 +18,7 @@
 //! `match` elsewhere; calls are generic, so dispatch is static.
 
 pub mod format;
+pub mod outbound;
 
 use std::future::Future;
 use std::time::Duration;
@@ -34,6 +35,7 @@ pub enum Ingress {
     Twilio,
     Partner,
     Sip,
+    Webrtc,
 }
 
 impl Ingress {
@@ -42,6 +44,7 @@ impl Ingress {
             Ingress::Twilio => "twilio",
             Ingress::Partner => "partner",
             Ingress::Sip => "sip",
+            Ingress::Webrtc => "webrtc",
         }
     }
 }
@@ -77,6 +80,10 @@ pub enum LegEvent {
     Gone(String),
     /// The peer broke the protocol; the leg must be finished.
     Violation(Violation),
+    /// A connection-oriented media transport lost its peer (WebRTC: ICE
+    /// never connected, DTLS never finished, consent expired), with a
+    /// detail for the ledger.
+    TransportLost(TransportLoss, String),
     /// No media and no media reports from the peer for this long (SIP:
     /// `sip.rtp_timeout_ms` without RTP or RTCP): it vanished without a
     /// hang-up.
@@ -100,7 +107,43 @@ impl LegEvent {
                 | LegEvent::Gone(_)
                 | LegEvent::Violation(_)
                 | LegEvent::MediaTimeout(_)
+                | LegEvent::TransportLost(..)
         )
+    }
+}
+
+/// How a media transport with its own connectivity checks lost its peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportLoss {
+    /// ICE never connected within its bound (`ice_failed`).
+    #[serde(rename = "ice_failed")]
+    Ice,
+    /// ICE connected but DTLS did not finish within its bound (`dtls_failed`).
+    #[serde(rename = "dtls_failed")]
+    Dtls,
+    /// The peer stopped answering for its consent (RFC 7675) or its ICE
+    /// pair went away: a closed tab, a lost network (`consent_lost`).
+    #[serde(rename = "consent_lost")]
+    Consent,
+}
+
+impl TransportLoss {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TransportLoss::Ice => "ice_failed",
+            TransportLoss::Dtls => "dtls_failed",
+            TransportLoss::Consent => "consent_lost",
+        }
+    }
+
+    /// The call's end reason.
+    pub const fn end(self) -> EndReason {
+        match self {
+            TransportLoss::Ice => EndReason::IceFailed,
+            TransportLoss::Dtls => EndReason::DtlsFailed,
+            TransportLoss::Consent => EndReason::ConsentLost,
+        }
     }
 }
 

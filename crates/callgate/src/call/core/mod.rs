@@ -364,6 +364,10 @@ impl CallCore {
                 let detail = format!("no RTP or RTCP for {} ms", after.as_millis());
                 self.finish(End::new(EndReason::RtpTimeout, now).with_detail(detail));
             }
+            LegEvent::TransportLost(loss, detail) => {
+                warn!(why = loss.as_str(), detail = %detail, "the caller's media transport was lost");
+                self.peer_left(End::new(loss.end(), now).with_detail(detail));
+            }
             LegEvent::Detached => {
                 self.watchdog.media_suspended();
                 self.event("carrier_detached", serde_json::json!({}), now);

@@ -55,7 +55,13 @@ const fn ended(e: EndReason) -> u16 {
         | EndReason::Transferred
         | EndReason::DrainTransfer => NORMAL_CLEARING,
         EndReason::ProtocolViolation(_) => PROTOCOL_ERROR,
-        EndReason::MediaStalled | EndReason::RtpTimeout | EndReason::MaxDuration => TIMER_EXPIRY,
+        // The WebRTC losses never end a SIP call; named for exhaustiveness.
+        EndReason::MediaStalled
+        | EndReason::RtpTimeout
+        | EndReason::MaxDuration
+        | EndReason::IceFailed
+        | EndReason::DtlsFailed
+        | EndReason::ConsentLost => TIMER_EXPIRY,
         EndReason::CarrierGone
         | EndReason::CarrierGoneDuringSetup
         | EndReason::SetupFailed(_)

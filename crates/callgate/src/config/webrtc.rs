@@ -1,0 +1,126 @@
+//! The `[webrtc]` section: the WebRTC ingress (`carrier::webrtc`,
+//! `docs/webrtc.md`).
+
+use std::net::{IpAddr, SocketAddr};
+
+use serde::{Deserialize, Serialize};
+
+/// What a browser refused by admission (or a drain) gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WebrtcOverflow {
+    /// `503` + `Retry-After` + a JSON reason, before any media.
+    Reject,
+    /// A `201` whose media plays only the high-volume prompt, then ends:
+    /// the caller hears why instead of an error in a page.
+    Prompt,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WebrtcConfig {
+    /// Serve `POST /v1/webrtc` and open the media socket at all.
+    pub enabled: bool,
+    /// The one UDP socket every session's ICE, DTLS and SRTP uses.
+    pub listen: SocketAddr,
+    /// The address in our ICE candidate; defaults to the listener's, and
+    /// must be set when that is unspecified (0.0.0.0).
+    pub advertise_ip: Option<IpAddr>,
+    /// Accept offers without a partner key (demos on loopback). Warned
+    /// about at start when the listener is reachable from other hosts.
+    pub open: bool,
+    /// `Access-Control-Allow-Origin` of the signalling answers.
+    pub allow_origin: String,
+    /// STUN/TURN URLs handed to clients (`Link: <url>; rel="ice-server"`);
+    /// the server itself is ICE-lite and uses none.
+    pub ice_servers: Vec<String>,
+    /// What a refused browser gets.
+    pub overflow: WebrtcOverflow,
+    /// `Retry-After` of a `503`.
+    pub retry_after_s: u32,
+    /// From the answer to ICE connected; past it the call ends `ice_failed`.
+    pub ice_timeout_ms: u64,
+    /// From ICE connected to DTLS done; past it the call ends `dtls_failed`.
+    pub dtls_timeout_ms: u64,
+    /// No STUN consent check from the browser for this long ends the call
+    /// `consent_lost` (RFC 7675: browsers check every ~5 s and give up
+    /// after 30 s; this is our side of it).
+    pub consent_timeout_ms: u64,
+    /// Sessions in signalling and media at once; past it `POST` gets `503`
+    /// (`webrtc_sessions`) before the gate is asked.
+    pub max_sessions: usize,
+    /// str0m's audio reorder hold (its defaults, 15 packets / 1 s, are a
+    /// streaming bound, not a voice call's).
+    pub reorder_packets: usize,
+    pub reorder_ms: u64,
+}
+
+impl Default for WebrtcConfig {
+    fn default() -> Self {
+        WebrtcConfig {
+            enabled: false,
+            listen: SocketAddr::from(([0, 0, 0, 0], 3478)),
+            advertise_ip: None,
+            open: false,
+            allow_origin: "*".into(),
+            ice_servers: Vec::new(),
+            overflow: WebrtcOverflow::Reject,
+            retry_after_s: 30,
+            ice_timeout_ms: 10_000,
+            dtls_timeout_ms: 10_000,
+            consent_timeout_ms: 10_000,
+            max_sessions: 2_000,
+            reorder_packets: 3,
+            reorder_ms: 60,
+        }
+    }
+}
+
+impl WebrtcConfig {
+    /// Largest offer body accepted (bytes); a browser's audio offer is ~3 KiB.
+    pub const MAX_OFFER_BYTES: usize = 16 * 1024;
+    /// Largest client-evidence body accepted (bytes).
+    pub const MAX_STATS_BYTES: usize = 4 * 1024;
+
+    /// The address in our ICE candidate.
+    pub fn advertised(&self) -> IpAddr {
+        self.advertise_ip.unwrap_or(self.listen.ip())
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if !self.enabled {
+            return Ok(());
+        }
+        if self.advertise_ip.is_none() && self.listen.ip().is_unspecified() {
+            return Err(
+                "webrtc.advertise_ip must be set when webrtc.listen is 0.0.0.0 / [::]".into(),
+            );
+        }
+        let bounded = |v: u64| (500..=120_000).contains(&v);
+        if !bounded(self.ice_timeout_ms)
+            || !bounded(self.dtls_timeout_ms)
+            || !bounded(self.consent_timeout_ms)
+        {
+            return Err(
+                "webrtc.ice_timeout_ms, dtls_timeout_ms and consent_timeout_ms must be 500..=120000"
+                    .into(),
+            );
+        }
+        if self.max_sessions == 0 || self.reorder_packets > 50 || self.reorder_ms > 1_000 {
+            return Err("webrtc.max_sessions ≥ 1, reorder_packets ≤ 50, reorder_ms ≤ 1000".into());
+        }
+        let url_ok = |u: &String| {
+            ["stun:", "stuns:", "turn:", "turns:"]
+                .iter()
+                .any(|p| u.starts_with(p))
+                && !u.contains(['<', '>', '"', '\r', '\n'])
+        };
+        if !self.ice_servers.iter().all(url_ok) {
+            return Err("webrtc.ice_servers must be stun:/stuns:/turn:/turns: URLs".into());
+        }
+        if self.allow_origin.contains(['\r', '\n']) || self.allow_origin.is_empty() {
+            return Err("webrtc.allow_origin must be one header value (`*` or an origin)".into());
+        }
+        Ok(())
+    }
+}

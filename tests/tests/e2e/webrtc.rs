@@ -1,0 +1,233 @@
+//! The WebRTC ingress against real headless Chromium: the bundled page
+//! (`GET /call`) calls with a fake microphone playing espeak-ng speech,
+//! hears the greeting, is answered three times, and hangs up; a closed tab
+//! ends `consent_lost`; a third browser at capacity 2 is refused. Every
+//! call's receipt holds the server's RTCP figures and the browser's own
+//! `getStats()` summary.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
+
+use std::time::Duration;
+
+use callgate::config::{Config, MaxCalls};
+use callgate_rig::process::Scratch;
+use callgate_sim::SimConfig;
+use callgate_tests::Harness;
+use callgate_tests::chromium::{Browser, Tab, caller_wav};
+
+const LINES: [&str; 3] = [
+    "I would like to book a table for two",
+    "Seven o'clock tonight please",
+    "Thank you very much",
+];
+
+fn webrtc(cfg: &mut Config) {
+    cfg.webrtc.enabled = true;
+    cfg.webrtc.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.webrtc.open = true;
+    cfg.webrtc.consent_timeout_ms = 4_000;
+}
+
+async fn harness(tweak: impl FnOnce(&mut Config)) -> Harness {
+    let mut sim = SimConfig::default();
+    sim.stt.script = LINES.iter().map(|s| s.to_string()).collect();
+    Harness::start(sim, |c| {
+        webrtc(c);
+        tweak(c);
+    })
+    .await
+}
+
+fn page(h: &Harness) -> String {
+    format!("http://{}/call", h.server.addr)
+}
+
+/// Calls from the page; returns the state `call()` resolved to (once the
+/// POST was answered: `connecting` while ICE and DTLS come up, or `refused`).
+async fn call(tab: &Tab) -> String {
+    let state = tab.eval("callgate.call()").await.unwrap();
+    state.as_str().unwrap_or_default().to_string()
+}
+
+/// Calls and waits for the page to show the call admitted and connected.
+async fn call_admitted(tab: &Tab) {
+    assert_eq!(call(tab).await, "connecting");
+    tab.wait_for(
+        "['admitted', 'talking'].includes(callgate.state) && callgate.state",
+        Duration::from_secs(15),
+        "the page showing the call admitted",
+    )
+    .await;
+}
+
+async fn call_id(tab: &Tab) -> uuid::Uuid {
+    let id = tab
+        .wait_for(
+            "callgate.callId",
+            Duration::from_secs(10),
+            "the session's call id",
+        )
+        .await;
+    id.as_str().unwrap().parse().unwrap()
+}
+
+async fn greeting_heard(tab: &Tab) {
+    tab.wait_for(
+        "callgate.maxBotLevel > -50 && callgate.state",
+        Duration::from_secs(20),
+        "the bot's greeting playing in the page's <audio>",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_is_greeted_answered_three_times_and_hangs_up_with_both_sides_evidence() {
+    let h = harness(|_| {}).await;
+    let dir = Scratch::new("webrtc-call").unwrap();
+    let wav = caller_wav(&dir.path, &LINES, 4.0, 5.0);
+    let browser = Browser::launch(Some(&wav)).await;
+    let tab = browser.open(&page(&h)).await;
+    call_admitted(&tab).await;
+    let id = call_id(&tab).await;
+    greeting_heard(&tab).await;
+    let transcript = callgate_tests::eventually(
+        Duration::from_secs(45),
+        "three answered utterances",
+        async || h.transcript(id).await,
+        |t| {
+            let caller = t.iter().filter(|(s, _, _)| s == "caller").count();
+            let bot = t.iter().filter(|(s, _, _)| s == "bot").count();
+            caller == 3 && bot >= 4
+        },
+    )
+    .await;
+    let caller: Vec<&str> = transcript
+        .iter()
+        .filter(|(s, _, _)| s == "caller")
+        .map(|(_, text, _)| text.as_str())
+        .collect();
+    assert_eq!(caller, LINES, "{transcript:#?}");
+    let samples = tab
+        .eval("callgate.stats().then(s => s.inbound.totalSamplesReceived)")
+        .await
+        .unwrap();
+    assert!(
+        samples.as_f64().unwrap() > 16_000.0,
+        "the browser decoded audio: {samples}"
+    );
+    tab.eval("callgate.hangup()").await.unwrap();
+    let l = h.closed_ledger(&session_of(&tab).await).await;
+    assert_eq!(
+        l.end_reason.as_deref(),
+        Some("caller_hangup"),
+        "{:#}",
+        l.stats
+    );
+    assert_eq!(l.cleanup_status, "completed", "{:#}", l.stats);
+    let t = &l.stats["media"]["transport"];
+    assert_eq!(l.stats["media"]["format"], "l16_16000", "{:#}", l.stats);
+    assert_eq!(t["codec"], "opus", "{t:#}");
+    assert!(t["packets_in"].as_u64().unwrap() > 500, "{t:#}");
+    assert!(t["packets_out"].as_u64().unwrap() > 500, "{t:#}");
+    // The server's own RTCP figures, both ways.
+    assert!(t["rtcp_received"]["packets"].as_u64().unwrap() > 0, "{t:#}");
+    assert!(
+        t["rtcp_received"]["jitter_ms"].as_f64().unwrap() < 40.0,
+        "{t:#}"
+    );
+    assert!(t["rtcp_remote"]["jitter_ms"].is_f64(), "{t:#}");
+    // The browser's own, separate, from its final summary.
+    let client = &t["client"];
+    assert_eq!(client["final"], true, "{t:#}");
+    assert!(
+        client["inbound"]["totalSamplesReceived"].as_f64().unwrap() > 16_000.0,
+        "{t:#}"
+    );
+    assert!(
+        client["inbound"]["packetsReceived"].as_f64().unwrap() > 500.0,
+        "{t:#}"
+    );
+    assert!(client["remote_inbound"]["roundTripTime"].is_f64(), "{t:#}");
+    nothing_left(&h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_tab_ends_consent_lost_and_leaves_nothing_behind() {
+    let h = harness(|_| {}).await;
+    let browser = Browser::launch(None).await;
+    let tab = browser.open(&page(&h)).await;
+    call_admitted(&tab).await;
+    greeting_heard(&tab).await;
+    let session = session_of(&tab).await;
+    let closed = std::time::Instant::now();
+    tab.close().await;
+    let l = h.closed_ledger(&session).await;
+    let took = closed.elapsed();
+    assert_eq!(
+        l.end_reason.as_deref(),
+        Some("consent_lost"),
+        "{:#}",
+        l.stats
+    );
+    // The configured bound (4 s) plus the ledger's write-behind.
+    assert!(took < Duration::from_secs(12), "ended after {took:?}");
+    assert_eq!(
+        l.stats["media"]["transport"]["lost"], "consent_lost",
+        "{:#}",
+        l.stats
+    );
+    nothing_left(&h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_capacity_two_a_third_browser_is_refused_with_503_and_recorded() {
+    let h = harness(|c| {
+        c.admission.max_concurrent_calls = MaxCalls::Pinned(2);
+        c.admission.queue_max = 0;
+    })
+    .await;
+    let browser = Browser::launch(None).await;
+    let mut tabs = Vec::new();
+    for _ in 0..2 {
+        let tab = browser.open(&page(&h)).await;
+        call_admitted(&tab).await;
+        tabs.push(tab);
+    }
+    let third = browser.open(&page(&h)).await;
+    assert_eq!(call(&third).await, "refused");
+    let reason = third.eval("callgate.endReason").await.unwrap();
+    assert_eq!(
+        reason, "queue_full",
+        "the gate's reason, from the 503's JSON"
+    );
+    let reasons = h.rejection_reasons().await;
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    for tab in &tabs {
+        tab.eval("callgate.hangup()").await.unwrap();
+    }
+    h.assert_all_closed().await;
+    nothing_left(&h).await;
+}
+
+/// The page's session id (the ledger's carrier call id).
+async fn session_of(tab: &Tab) -> String {
+    let url = tab.eval("callgate.sessionUrl").await.unwrap();
+    url.as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// No session live, no route left on the shared socket.
+async fn nothing_left(h: &Harness) {
+    let w = h.server.carriers.webrtc.as_ref().unwrap();
+    callgate_tests::eventually(
+        Duration::from_secs(10),
+        "no WebRTC session or route left",
+        async || (w.registry.live(), w.routes.sizes()),
+        |s| *s == (0, (0, 0)),
+    )
+    .await;
+}
