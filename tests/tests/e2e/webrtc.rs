@@ -152,6 +152,38 @@ async fn a_browser_is_greeted_answered_three_times_and_hangs_up_with_both_sides_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speech_over_the_greeting_stops_outbound_audio_within_a_frame_and_tells_the_dialog() {
+    let h = harness(|_| {}).await;
+    let dir = Scratch::new("webrtc-barge").unwrap();
+    // Speech 1.5 s after the microphone opens: inside the greeting.
+    let wav = caller_wav(&dir.path, &LINES[..1], 1.5, 4.0);
+    let browser = Browser::launch(Some(&wav)).await;
+    let tab = browser.open(&page(&h)).await;
+    call_admitted(&tab).await;
+    let id = call_id(&tab).await;
+    callgate_tests::eventually(
+        Duration::from_secs(30),
+        "the interrupting utterance answered",
+        async || h.transcript(id).await,
+        |t| t.iter().filter(|(s, _, _)| s == "bot").count() >= 2,
+    )
+    .await;
+    tab.eval("callgate.hangup()").await.unwrap();
+    let l = h.closed_ledger(&session_of(&tab).await).await;
+    let i = &l.stats["interaction"];
+    assert_eq!(i["interruptions"], 1, "{:#}", l.stats);
+    assert!(i["barge_in_stop_max_us"].is_u64(), "{:#}", l.stats);
+    let t = &l.stats["media"]["transport"];
+    assert!(t["clears"].as_u64().unwrap() >= 1, "{t:#}");
+    // The first frame after the clear carried none of the cleared audio: one
+    // 20 ms tick of the playout clock, plus its lag bound on a busy machine.
+    let stop = t["clear_to_silence_max_us"].as_u64().unwrap();
+    assert!(stop <= 120_000, "{t:#}");
+    assert_eq!(h.sims.dialog.interrupts(), 1, "the dialog was told");
+    nothing_left(&h).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_tab_ends_consent_lost_and_leaves_nothing_behind() {
     let h = harness(|_| {}).await;
     let browser = Browser::launch(None).await;

@@ -202,6 +202,11 @@ impl Leg for WebrtcLeg {
 
     fn clear(&mut self) {
         if let Some(m) = &self.media {
+            {
+                let mut r = lock(&m.report);
+                r.clears += 1;
+                r.clear_at.get_or_insert_with(std::time::Instant::now);
+            }
             let marks = lock(&m.out).clear();
             self.events.extend(marks.into_iter().map(LegEvent::Played));
         }

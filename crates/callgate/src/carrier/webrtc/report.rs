@@ -33,6 +33,16 @@ pub struct WebrtcReport {
     pub ice_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dtls_ms: Option<u64>,
+    /// Longest time from a `clear` (barge-in) to the first outbound frame
+    /// without the cleared audio, µs: the leg's own "stopped within a
+    /// frame", measured at its playout clock.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clear_to_silence_max_us: Option<u64>,
+    /// Clears performed.
+    pub clears: u64,
+    /// A clear not yet followed by a frame (not part of the receipt).
+    #[serde(skip)]
+    pub clear_at: Option<std::time::Instant>,
     /// How the transport was lost, when it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lost: Option<Loss>,

@@ -336,7 +336,10 @@ impl Task {
         } else {
             due + FRAME
         });
+        // Taken together with the frame: a clear before this take has
+        // emptied the queue, so this frame is the first without that audio.
         let (frame, reached) = lock(&self.out).take(FRAME_BYTES, 0);
+        let cleared = lock(&self.report).clear_at.take();
         for mark in reached {
             let _ = self.events.try_send(LegEvent::Played(mark));
         }
@@ -357,6 +360,10 @@ impl Task {
         match sent {
             Some(true) => r.packets_out += 1,
             _ => r.send_dropped += 1,
+        }
+        if let Some(at) = cleared {
+            let us = now.saturating_duration_since(at).as_micros() as u64;
+            r.clear_to_silence_max_us = Some(r.clear_to_silence_max_us.unwrap_or(0).max(us));
         }
     }
 }
