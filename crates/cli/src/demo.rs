@@ -7,6 +7,12 @@
 //! what every caller heard, checks the receipts, and stops everything it
 //! started. It exits non-zero if any call failed or went silent, or if
 //! anything was left open.
+//!
+//! `callgate demo --serve` instead keeps the stack up with the WebRTC
+//! ingress open on loopback and prints the page's URL: a person calls the
+//! booking bot from a browser on this machine until Ctrl-C. (The STT
+//! simulator is scripted: each thing said is transcribed as the script's
+//! next line, not as the words spoken.)
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -38,6 +44,10 @@ pub struct DemoArgs {
     /// Server log filter (server logs go to stderr).
     #[arg(long, default_value = "warn")]
     pub log: String,
+    /// Place no scripted calls: keep the stack up, serve the browser page
+    /// (`/call`, WebRTC open on loopback) and wait for Ctrl-C.
+    #[arg(long)]
+    pub serve: bool,
 }
 
 /// `callgate demo`.
@@ -45,7 +55,18 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     crate::logging::init("text", &args.log);
     let database = Database::from_env_or_local(LocalOptions::default()).await?;
     let instance = format!("demo-{}", std::process::id());
-    let rig = InProcess::start(database, InProcessOptions::new(instance), |_| {}).await?;
+    let serve = args.serve;
+    let rig = InProcess::start(database, InProcessOptions::new(instance), |cfg| {
+        if serve {
+            cfg.webrtc.enabled = true;
+            cfg.webrtc.listen = ([127, 0, 0, 1], 0).into();
+            cfg.webrtc.open = true;
+        }
+    })
+    .await?;
+    if serve {
+        return serve_page(rig).await;
+    }
     eprintln!(
         "callgate on {}; placing {} calls …",
         rig.media_url(),
@@ -68,6 +89,21 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let s = &report.summary;
     let ok = s.failed == 0 && s.silent == 0 && s.completed == args.calls && left.is_clean();
     Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `--serve`: the page's URL, then the stack until Ctrl-C.
+async fn serve_page(rig: InProcess) -> anyhow::Result<ExitCode> {
+    println!("callgate is up. Call the bot from a browser on this machine:");
+    println!("  http://{}/call", rig.server.addr);
+    println!("(WebRTC open on loopback; Ctrl-C stops everything.)");
+    tokio::signal::ctrl_c().await?;
+    let left = rig.stop(SHUTDOWN_DEADLINE).await?;
+    print_receipts(&left);
+    Ok(if left.is_clean() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

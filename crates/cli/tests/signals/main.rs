@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
 mod check;
+mod demo_serve;
 mod drain;
 mod drill;
 mod image;
