@@ -119,4 +119,19 @@ mod tests {
             ("server.admin_token", 8081)
         );
     }
+
+    #[test]
+    fn an_open_webrtc_ingress_is_named_unless_its_listener_is_loopback() {
+        let mut cfg = Config::default();
+        cfg.server.admin_token = Some("t".into());
+        cfg.twilio.auth_token = Some("t".into());
+        cfg.webrtc.enabled = true;
+        cfg.webrtc.open = true;
+        assert_eq!(keys(&cfg), ["webrtc.open"], "0.0.0.0 is reachable");
+        cfg.server.listen = "127.0.0.1:8080".parse().unwrap();
+        assert_eq!(keys(&cfg), Vec::<&str>::new(), "a loopback demo");
+        cfg.server.listen = "0.0.0.0:8080".parse().unwrap();
+        cfg.webrtc.open = false;
+        assert_eq!(keys(&cfg), Vec::<&str>::new(), "partner keys close it");
+    }
 }

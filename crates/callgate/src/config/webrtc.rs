@@ -124,3 +124,47 @@ impl WebrtcConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enabled() -> WebrtcConfig {
+        WebrtcConfig {
+            enabled: true,
+            listen: "127.0.0.1:3478"
+                .parse()
+                .unwrap_or(WebrtcConfig::default().listen),
+            ..WebrtcConfig::default()
+        }
+    }
+
+    #[test]
+    fn each_bad_value_is_refused_with_its_key() {
+        assert!(enabled().validate().is_ok());
+        let unspecified = WebrtcConfig {
+            enabled: true,
+            ..WebrtcConfig::default()
+        };
+        assert!(unspecified.validate().unwrap_err().contains("advertise_ip"));
+        type Break = fn(&mut WebrtcConfig);
+        let cases: [(Break, &str); 5] = [
+            (|c| c.consent_timeout_ms = 100, "consent_timeout_ms"),
+            (|c| c.max_sessions = 0, "max_sessions"),
+            (|c| c.reorder_ms = 5_000, "reorder_ms"),
+            (|c| c.ice_servers = vec!["http://x".into()], "ice_servers"),
+            (|c| c.allow_origin = "a\r\nb".into(), "allow_origin"),
+        ];
+        for (break_it, key) in cases {
+            let mut c = enabled();
+            break_it(&mut c);
+            let e = c.validate().unwrap_err();
+            assert!(e.contains(key), "{key}: {e}");
+        }
+        let off = WebrtcConfig {
+            max_sessions: 0,
+            ..WebrtcConfig::default()
+        };
+        assert!(off.validate().is_ok(), "a disabled section is not checked");
+    }
+}
