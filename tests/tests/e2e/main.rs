@@ -43,3 +43,4 @@ mod tts_bad_days;
 mod watchdog;
 mod webrtc;
 mod webrtc_bad_input;
+mod webrtc_dtls;
