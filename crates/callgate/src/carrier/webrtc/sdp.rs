@@ -181,6 +181,9 @@ fn fec_allowed(fmtp: &[String], pt: u8) -> bool {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
