@@ -18,7 +18,7 @@ use serde::Serialize;
 use tokio::sync::Notify;
 
 /// How long an ended session stays readable.
-pub const LINGER: Duration = Duration::from_secs(60);
+pub const LINGER: Duration = Duration::from_secs(10);
 
 /// A session id: 16 random bytes, base64url without padding.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
