@@ -53,6 +53,7 @@
 //! against the baseline, cuts, apologies and a shared machine are reported,
 //! not judged. The exit code is non-zero if any run FAILs.
 
+mod churn;
 mod db;
 pub mod interaction;
 mod ledger;
@@ -101,6 +102,9 @@ pub enum Scenario {
     /// reads under contention, the reconciler, the agent-check responder,
     /// a receipt's writes.
     Ledger(ledger::LedgerArgs),
+    /// WebRTC sessions opened and hung up N times: the server's RSS and
+    /// descriptors after them against its baseline (leaks).
+    WebrtcChurn(churn::ChurnArgs),
 }
 
 /// How the calls of a run arrive within `--arrival-s`.
@@ -258,6 +262,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Scenario::Interaction(a) => interaction::run(a).await,
         Scenario::Sip(a) => sip::run(a).await,
         Scenario::Ledger(a) => ledger::run(a).await,
+        Scenario::WebrtcChurn(a) => churn::run(a).await,
     }
 }
 
@@ -387,7 +392,10 @@ mod tests {
         full.extend_from_slice(argv);
         match Cmd::try_parse_from(full).unwrap().scenario {
             Scenario::Incident(a) => a,
-            Scenario::Interaction(_) | Scenario::Sip(_) | Scenario::Ledger(_) => {
+            Scenario::Interaction(_)
+            | Scenario::Sip(_)
+            | Scenario::Ledger(_)
+            | Scenario::WebrtcChurn(_) => {
                 unreachable!("parsed `incident`")
             }
         }

@@ -123,6 +123,55 @@ pub fn rss_kib(pid: u32) -> io::Result<u64> {
     parse_vm_rss_kib(&text).ok_or_else(|| unexpected(pid, "status"))
 }
 
+/// Descriptors of process `pid` by kind: TCP, UDP and Unix sockets (from
+/// the socket inodes in `/proc/<pid>/net/*`), and everything else.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FdKinds {
+    pub tcp: usize,
+    pub udp: usize,
+    pub unix: usize,
+    pub other: usize,
+}
+
+/// [`FdKinds`] of process `pid`.
+///
+/// # Errors
+/// The process is gone or `/proc` cannot be read.
+pub fn fd_kinds(pid: u32) -> io::Result<FdKinds> {
+    let inodes = |files: &[&str], column: usize| -> std::collections::HashSet<String> {
+        files
+            .iter()
+            .filter_map(|f| std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).ok())
+            .flat_map(|t| {
+                t.lines()
+                    .skip(1)
+                    .filter_map(|l| l.split_whitespace().nth(column).map(str::to_string))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let (tcp, udp, unix) = (
+        inodes(&["tcp", "tcp6"], 9),
+        inodes(&["udp", "udp6"], 9),
+        inodes(&["unix"], 6),
+    );
+    let mut k = FdKinds::default();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))? {
+        let link = std::fs::read_link(e?.path()).unwrap_or_default();
+        let link = link.to_string_lossy();
+        let inode = link
+            .strip_prefix("socket:[")
+            .and_then(|r| r.strip_suffix(']'));
+        match inode {
+            Some(i) if tcp.contains(i) => k.tcp += 1,
+            Some(i) if udp.contains(i) => k.udp += 1,
+            Some(i) if unix.contains(i) => k.unix += 1,
+            _ => k.other += 1,
+        }
+    }
+    Ok(k)
+}
+
 fn unexpected(pid: u32, file: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,

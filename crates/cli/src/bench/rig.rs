@@ -193,6 +193,8 @@ pub struct Rig {
     pub server_config: serde_json::Value,
     /// The SIP ingress, when the rig was started with one.
     sip: Option<SipListener>,
+    /// The WebRTC media socket's address, when started with WebRTC.
+    webrtc: Option<SocketAddr>,
 }
 
 impl Rig {
@@ -203,7 +205,7 @@ impl Rig {
     /// # Errors
     /// Any piece could not be started or did not become ready.
     pub async fn start(caps: &Caps) -> anyhow::Result<Rig> {
-        Self::launch(caps, None).await
+        Self::launch(caps, None, None).await
     }
 
     /// [`Rig::start`], with the server's SIP ingress on as well: a free
@@ -218,10 +220,24 @@ impl Rig {
         rtp_pairs: u16,
     ) -> anyhow::Result<Rig> {
         let sip = SipListener::on_free_port(rtp_port_min, rtp_pairs)?;
-        Self::launch(caps, Some(sip)).await
+        Self::launch(caps, Some(sip), None).await
     }
 
-    async fn launch(caps: &Caps, sip: Option<SipListener>) -> anyhow::Result<Rig> {
+    /// [`Rig::start`], with the server's WebRTC ingress on as well, open
+    /// (no partner key) on a free loopback UDP port ([`Rig::webrtc_url`]).
+    ///
+    /// # Errors
+    /// As [`Rig::start`], or no port could be had.
+    pub async fn start_with_webrtc(caps: &Caps) -> anyhow::Result<Rig> {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_udp_and_tcp_port()?));
+        Self::launch(caps, None, Some(addr)).await
+    }
+
+    async fn launch(
+        caps: &Caps,
+        sip: Option<SipListener>,
+        webrtc: Option<SocketAddr>,
+    ) -> anyhow::Result<Rig> {
         let instance = format!("bench-{}", std::process::id());
         let database = Database::from_env_or_local(LocalOptions {
             max_connections: PG_MAX_CONNECTIONS,
@@ -238,6 +254,11 @@ impl Rig {
             caps.apply(cfg);
             if let Some(sip) = &sip {
                 sip.apply(cfg);
+            }
+            if let Some(addr) = webrtc {
+                cfg.webrtc.enabled = true;
+                cfg.webrtc.listen = addr;
+                cfg.webrtc.open = true;
             }
             server_config = serde_json::to_value(&*cfg).unwrap_or_default();
         })
@@ -261,6 +282,7 @@ impl Rig {
             generator_nice: 0,
             server_config,
             sip,
+            webrtc,
         };
         rig.read_capacity(caps).await?;
         Ok(rig)
@@ -291,6 +313,20 @@ impl Rig {
     /// The server's Twilio media-stream URL.
     pub fn media_url(&self) -> String {
         self.procs.media_url()
+    }
+
+    /// `POST` here to place a WebRTC call, when started with WebRTC.
+    pub fn webrtc_url(&self) -> Option<String> {
+        self.webrtc
+            .map(|_| format!("{}/v1/webrtc", self.procs.base_url()))
+    }
+
+    /// Descriptors the server holds open now.
+    ///
+    /// # Errors
+    /// The server process is gone.
+    pub fn server_fds(&self) -> anyhow::Result<procfs::FdKinds> {
+        procfs::fd_kinds(self.procs.server.pid()).context("server descriptors")
     }
 
     /// The server's SIP listener, when started with one.
