@@ -11,7 +11,9 @@
 //! the framing differs, and that lives in [`crate::transport`]. The one
 //! protocol difference the core sees is whether a mark dropped by `clear`
 //! is echoed (Twilio: yes, at once; partner: never) — what the mark means
-//! to the script does not change.
+//! to the script does not change. WebRTC carries audio only: its turn ends
+//! and its ending are derived from the audio and the session's status
+//! (`stream`), and it is heard through the lossy ear.
 //!
 //! Polling order for a driver: feed one input (or `handle_timeout`), then drain
 //! `poll_transmit` until `None`, then stop if [`Caller::is_done`], else sleep
@@ -58,6 +60,7 @@ mod ending;
 mod events;
 mod interaction;
 mod silence;
+mod stream;
 
 #[cfg(test)]
 mod tests;
@@ -155,6 +158,11 @@ pub enum Transmit {
     Text(String),
     /// A binary frame (partner protocol audio).
     Binary(Vec<u8>),
+    /// One 20 ms frame of the caller's audio with its place on the
+    /// caller's media clock, `timestamp_ms` after the first frame (a frame
+    /// the caller skipped leaves a gap): WebRTC, whose RTP timestamps
+    /// follow it.
+    Media { frame: Vec<u8>, timestamp_ms: u64 },
     /// Close the socket (after sending everything before it).
     Close,
     /// Drop the connection without a closing handshake ([`Cue::Drop`]).
@@ -347,7 +355,10 @@ impl Caller {
             wire: Wire::new(plan.protocol, plan.ids),
             audio,
             voice: SpeechSynth::new(audio.sample_rate, plan.voice_seed),
-            ear: Ear::new(audio),
+            ear: match plan.protocol {
+                CallProtocol::Webrtc { .. } => Ear::lossy(),
+                _ => Ear::new(audio),
+            },
             plan,
             stage: Stage::Dialing,
             playout: Playout::default(),
@@ -638,8 +649,9 @@ impl Caller {
 
     /// The caller ends the call: `stop`, then close.
     fn hang_up(&mut self, t: Duration, outcome: Outcome, reason: String) {
-        let stop = self.wire.hang_up();
-        self.outbox.push_back(stop);
+        if let Some(stop) = self.wire.hang_up() {
+            self.outbox.push_back(stop);
+        }
         self.outbox.push_back(Transmit::Close);
         self.finish(t, outcome, reason);
     }

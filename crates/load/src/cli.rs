@@ -15,17 +15,19 @@ use crate::transport::Protocol;
 /// Arguments of `callgate load`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LoadArgs {
-    /// WebSocket URL of the server under test [default:
-    /// ws://127.0.0.1:8080/v1/media-stream, or .../v1/partner/stream with
-    /// `--protocol partner`].
+    /// URL of the server under test [default:
+    /// ws://127.0.0.1:8080/v1/media-stream, .../v1/partner/stream with
+    /// `--protocol partner`, http://127.0.0.1:8080/v1/webrtc with
+    /// `--protocol webrtc`].
     #[arg(long)]
     pub url: Option<String>,
-    /// Carrier protocol the callers speak: Twilio Media Streams, or
-    /// callgate's partner WebSocket (docs/partner-protocol.md).
-    #[arg(long, value_enum, default_value_t = Protocol::Twilio)]
+    /// Ingress the callers use: Twilio Media Streams, callgate's partner
+    /// WebSocket (docs/partner-protocol.md), or WebRTC (docs/webrtc.md:
+    /// the offer POSTed to /v1/webrtc, Opus over DTLS-SRTP).
+    #[arg(long, visible_alias = "ingress", value_enum, default_value_t = Protocol::Twilio)]
     pub protocol: Protocol,
     /// Partner API key, sent as `Authorization: Bearer <key>` (partner
-    /// protocol only; without it the upgrade carries no credentials).
+    /// protocol and WebRTC; without it the call carries no credentials).
     #[arg(long, env = "CALLGATE_PARTNER_KEY", hide_env_values = true)]
     pub partner_key: Option<String>,
     /// Partner audio format: `l16` (16-bit linear PCM, 16 kHz) or `pcmu`
@@ -88,6 +90,10 @@ pub struct LoadArgs {
     /// The bot turn coughed into: 0 the greeting, n the reply to utterance n.
     #[arg(long, default_value_t = 1)]
     pub cough_turn: usize,
+    /// WebRTC: silence after the bot's audio that ends its turn (WebRTC
+    /// carries no marks), in ms; below `--silence-threshold`.
+    #[arg(long, default_value_t = crate::config::DEFAULT_TURN_GAP_MS)]
+    pub turn_gap_ms: u32,
 }
 
 impl LoadArgs {
@@ -124,6 +130,7 @@ impl LoadArgs {
             cough_at_ms: self.cough_at_ms,
             cough_ms: self.cough_ms,
             cough_turn: self.cough_turn,
+            turn_gap_ms: self.turn_gap_ms,
         }
     }
 }
@@ -366,6 +373,28 @@ mod tests {
         assert_eq!(pcmu.partner_format, PartnerFormat::Pcmu);
         assert_eq!(pcmu.url, "wss://gw.example/v1/partner/stream");
         assert!(Cmd::try_parse_from(["load", "--protocol", "sip"]).is_err());
+        let webrtc = Cmd::parse_from(["load", "--ingress", "webrtc", "--partner-key", "pk_1"])
+            .load
+            .to_config();
+        assert_eq!(webrtc.protocol, Protocol::Webrtc);
+        assert_eq!(webrtc.url, "http://127.0.0.1:8080/v1/webrtc");
+        assert_eq!(webrtc.partner_key.as_deref(), Some("pk_1"));
+        assert_eq!(
+            webrtc.call_protocol(),
+            crate::CallProtocol::Webrtc { turn_gap_ms: 800 }
+        );
+        assert!(webrtc.validate().is_ok());
+        let gap = Cmd::parse_from(["load", "--protocol", "webrtc", "--turn-gap-ms", "5000"])
+            .load
+            .to_config();
+        assert!(
+            gap.validate().is_err(),
+            "a turn gap above the silence threshold"
+        );
+        let ws = Cmd::parse_from(["load", "--protocol", "webrtc", "--url", "ws://x/v1/webrtc"])
+            .load
+            .to_config();
+        assert!(ws.validate().is_err(), "WebRTC posts its offer over HTTP");
         assert!(Cmd::try_parse_from(["load", "--partner-format", "opus"]).is_err());
     }
 }

@@ -22,18 +22,26 @@ const MAX_COUGH_MS: u32 = 1_000;
 /// Salt of the random stream that draws each call's utterance count, kept
 /// apart from the turn stream so a fixed count reproduces earlier plans.
 const COUNT_STREAM: u64 = 0x6361_6c6c_2d6c_656e; // "call-len"
+/// WebRTC's default turn gap: a pause a listener takes for the end of a
+/// turn, well above the gaps inside one (the server's pacer keeps its
+/// stream going), well below the silence threshold.
+pub const DEFAULT_TURN_GAP_MS: u32 = 800;
+/// Shortest turn gap: less would end turns inside the bot's own audio.
+const MIN_TURN_GAP_MS: u32 = 100;
 
 /// Everything a load run needs.
 #[derive(Debug, Clone)]
 pub struct LoadConfig {
     /// `ws://host:port/v1/media-stream` (or `wss://`); for the partner
-    /// protocol, `ws://host:port/v1/partner/stream`.
+    /// protocol, `ws://host:port/v1/partner/stream`; for WebRTC, the
+    /// offer endpoint `http://host:port/v1/webrtc` (or `https://`).
     pub url: String,
     /// The carrier protocol every call speaks (default: Twilio).
     pub protocol: Protocol,
-    /// Partner protocol: the API key, sent as `Authorization: Bearer <key>`
-    /// on the upgrade. `None` sends no `Authorization` header (a server
-    /// must then refuse with HTTP 401).
+    /// Partner protocol and WebRTC: the API key, sent as `Authorization:
+    /// Bearer <key>` on the upgrade (WebRTC: on the offer's POST). `None`
+    /// sends no `Authorization` header (a server must then refuse with
+    /// HTTP 401, unless its WebRTC ingress is `open`).
     pub partner_key: Option<String>,
     /// Partner protocol: the audio format negotiated in `start`.
     pub partner_format: PartnerFormat,
@@ -79,6 +87,9 @@ pub struct LoadConfig {
     /// The bot turn coughed into: 0 the greeting, `n` the reply to
     /// utterance `n` (default 1, the first reply).
     pub cough_turn: usize,
+    /// WebRTC: silence after the bot's own audio that ends its turn (there
+    /// are no marks); below `silence_threshold`.
+    pub turn_gap_ms: u32,
 }
 
 impl Default for LoadConfig {
@@ -105,6 +116,7 @@ impl Default for LoadConfig {
             cough_at_ms: None,
             cough_ms: 150,
             cough_turn: 1,
+            turn_gap_ms: DEFAULT_TURN_GAP_MS,
         }
     }
 }
@@ -121,9 +133,13 @@ impl LoadConfig {
                 reason: reason.to_string(),
             })
         };
-        let scheme_ok = self.url.starts_with("ws://") || self.url.starts_with("wss://");
+        let [plain, tls] = self.protocol.schemes();
+        let scheme_ok = self.url.starts_with(plain) || self.url.starts_with(tls);
         if !scheme_ok || self.url.parse::<http::Uri>().is_err() {
-            return bad("url", "must be a ws:// or wss:// URL");
+            return match self.protocol {
+                Protocol::Webrtc => bad("url", "must be an http:// or https:// URL (WebRTC)"),
+                _ => bad("url", "must be a ws:// or wss:// URL"),
+            };
         }
         if self.calls == 0 {
             return bad("calls", "must be at least 1");
@@ -162,7 +178,36 @@ impl LoadConfig {
             return bad("call_timeout", "must be positive");
         }
         self.validate_scenarios()?;
+        self.validate_webrtc()?;
         self.arrival.validate()
+    }
+
+    /// WebRTC's turn gap fits under the silence threshold; the interaction
+    /// scenarios need marks and `clear`, which WebRTC does not carry.
+    fn validate_webrtc(&self) -> Result<(), LoadError> {
+        if self.protocol != Protocol::Webrtc {
+            return Ok(());
+        }
+        let bad = |field: &'static str, reason: &str| {
+            Err(LoadError::InvalidConfig {
+                field,
+                reason: reason.to_string(),
+            })
+        };
+        let gap = Duration::from_millis(u64::from(self.turn_gap_ms));
+        if self.turn_gap_ms < MIN_TURN_GAP_MS || gap >= self.silence_threshold {
+            return bad(
+                "turn_gap_ms",
+                "needs 100 <= turn_gap_ms < silence_threshold",
+            );
+        }
+        if self.barge_in_at_ms.is_some() || self.cough_at_ms.is_some() {
+            return bad(
+                "protocol",
+                "the barge-in and cough scenarios need marks and `clear` (Twilio, partner)",
+            );
+        }
+        Ok(())
     }
 
     /// The barge-in and cough scenarios fit the script.
@@ -208,6 +253,9 @@ impl LoadConfig {
         match self.protocol {
             Protocol::Twilio => CallProtocol::Twilio,
             Protocol::Partner => CallProtocol::Partner(self.partner_format),
+            Protocol::Webrtc => CallProtocol::Webrtc {
+                turn_gap_ms: self.turn_gap_ms,
+            },
         }
     }
 
@@ -492,6 +540,39 @@ mod tests {
             ..cfg
         };
         assert_eq!(field(long), "cough_ms");
+    }
+
+    #[test]
+    fn webrtc_dials_http_with_a_turn_gap_and_no_mark_scenarios() {
+        let webrtc = LoadConfig {
+            url: Protocol::Webrtc.default_url().into(),
+            protocol: Protocol::Webrtc,
+            ..LoadConfig::default()
+        };
+        assert!(webrtc.validate().is_ok());
+        assert_eq!(
+            webrtc.plan(0, AccountSid::random()).protocol,
+            CallProtocol::Webrtc { turn_gap_ms: 800 }
+        );
+        let field = |cfg: LoadConfig| match cfg.validate() {
+            Err(LoadError::InvalidConfig { field, .. }) => field,
+            other => panic!("expected invalid config, got {other:?}"),
+        };
+        let ws = LoadConfig {
+            url: "ws://127.0.0.1:8080/v1/webrtc".into(),
+            ..webrtc.clone()
+        };
+        assert_eq!(field(ws), "url");
+        let barge = LoadConfig {
+            barge_in_at_ms: Some(500),
+            ..webrtc.clone()
+        };
+        assert_eq!(field(barge), "protocol");
+        let gap = LoadConfig {
+            turn_gap_ms: 50,
+            ..webrtc
+        };
+        assert_eq!(field(gap), "turn_gap_ms");
     }
 
     #[test]

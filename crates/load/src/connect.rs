@@ -1,5 +1,6 @@
 //! Opening the call's WebSocket the way the carrier does: Twilio signs the
-//! upgrade, a partner sends its API key as a bearer token.
+//! upgrade, a partner sends its API key as a bearer token (as a WebRTC
+//! caller does on its offer, [`crate::webrtc`]).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -61,7 +62,7 @@ impl Auth {
     pub fn for_run(cfg: &LoadConfig) -> Auth {
         let secret = match cfg.protocol {
             Protocol::Twilio => cfg.auth_token.clone().map(Auth::TwilioSignature),
-            Protocol::Partner => cfg.partner_key.clone().map(Auth::Bearer),
+            Protocol::Partner | Protocol::Webrtc => cfg.partner_key.clone().map(Auth::Bearer),
         };
         secret.unwrap_or(Auth::None)
     }

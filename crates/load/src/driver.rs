@@ -1,4 +1,6 @@
 //! The async shell around one [`Caller`]: moves bytes, sleeps to deadlines.
+//! (A WebRTC call has its own shell, [`crate::webrtc`]; [`place_call`]
+//! picks it by the plan's protocol.)
 //!
 //! It reads the clock once per wake-up and hands the caller a `Duration`
 //! since dialling; all protocol decisions are the caller's.
@@ -16,6 +18,7 @@ use crate::connect::{Auth, CallSocket, Resume, connect_routed};
 use crate::error::LoadError;
 use crate::progress::Progress;
 use crate::record::{CallRecord, Outcome};
+use crate::transport::CallProtocol;
 
 /// Longest wait for the TCP connect plus the WebSocket handshake.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -25,7 +28,8 @@ pub const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest wait for the closing handshake after the call has ended.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Where and how to dial.
+/// Where and how to dial (WebRTC: the offer endpoint,
+/// `http://host:port/v1/webrtc`).
 #[derive(Debug, Clone)]
 pub struct Dial {
     pub url: String,
@@ -54,6 +58,11 @@ pub async fn place_cued_call(
     cues: tokio::sync::mpsc::Receiver<Cue>,
 ) -> CallRecord {
     let span = tracing::info_span!("call", index = plan.index, call_sid = %plan.ids.call);
+    if let CallProtocol::Webrtc { .. } = plan.protocol {
+        return crate::webrtc::place(plan, dial, progress, cues)
+            .instrument(span)
+            .await;
+    }
     place(plan, dial, progress, cues).instrument(span).await
 }
 
@@ -229,7 +238,9 @@ async fn flush(caller: &mut Caller, socket: &mut CallSocket) -> Result<Ending, S
     while let Some(tx) = caller.poll_transmit() {
         match tx {
             Transmit::Text(text) => frames.push(Message::text(text)),
-            Transmit::Binary(bytes) => frames.push(Message::binary(bytes)),
+            Transmit::Binary(bytes) | Transmit::Media { frame: bytes, .. } => {
+                frames.push(Message::binary(bytes))
+            }
             Transmit::Close => {
                 close = Ending::Close;
                 break;
@@ -268,7 +279,7 @@ async fn close_socket(socket: &mut CallSocket) {
     let _ = timeout(CLOSE_TIMEOUT, handshake).await;
 }
 
-fn log_end(record: &CallRecord) {
+pub(crate) fn log_end(record: &CallRecord) {
     let outcome = record.outcome.label();
     match &record.outcome {
         Outcome::Failed { reason } => tracing::warn!(outcome, %reason, "call failed"),

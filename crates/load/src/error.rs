@@ -17,7 +17,8 @@ pub enum LoadError {
     /// A configuration value is out of range.
     #[error("invalid config `{field}`: {reason}")]
     InvalidConfig { field: &'static str, reason: String },
-    /// The server answered the WebSocket upgrade with an HTTP status.
+    /// The server answered the WebSocket upgrade (WebRTC: the offer's
+    /// `POST`) with an HTTP status.
     #[error("upgrade to {url} refused with HTTP {status}: {body}")]
     Refused {
         url: String,

@@ -1,6 +1,14 @@
 //! `callgate-load` — `callgate load`: scripted callers that measure what a
-//! caller would actually hear, over Twilio Media Streams or callgate's
-//! partner WebSocket ([`Protocol`]).
+//! caller would actually hear, over Twilio Media Streams, callgate's
+//! partner WebSocket or WebRTC ([`Protocol`]).
+//!
+//! A WebRTC call ([`webrtc`]) is a browser's side of `docs/webrtc.md`: the
+//! offer POSTed to `/v1/webrtc`, ICE (controlling) and DTLS-SRTP over str0m,
+//! Opus both ways, the session URL polled for its status and `DELETE`d to
+//! hang up. It drives the same [`Caller`]; with no marks on the line, a bot
+//! turn ends on [`LoadConfig::turn_gap_ms`] of silence after it, the
+//! prompts are told apart through the codec ([`prompts::lossy`]) and the
+//! call's end is the session's final status.
 //!
 //! What it is: an independent implementation of *Twilio's* side of a
 //! bidirectional Media Stream, and of a *partner's* side of
@@ -100,6 +108,7 @@ pub mod prompts;
 pub mod record;
 pub mod report;
 pub mod transport;
+pub mod webrtc;
 pub mod wire;
 
 use std::collections::HashMap;

@@ -33,11 +33,14 @@
 //! is the bot's own audio (a greeting or a reply).
 //!
 //! What it never does: guess from loudness or length, or look at anything
-//! but the bytes the caller received.
+//! but the bytes the caller received. (A WebRTC caller receives Opus: no
+//! byte survives the codec, so its ear compares the *sound* of the frames
+//! with the prompts decoded the same way instead — [`lossy`].)
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use media::format::{AudioEncoding, AudioFormat};
 use media::g711;
@@ -149,6 +152,13 @@ static MULAW_8K: LazyLock<PromptIndex> =
 static PCM16_16K: LazyLock<PromptIndex> =
     LazyLock::new(|| PromptIndex::build(AudioFormat::PCM16_16K));
 static ALAW_8K: LazyLock<PromptIndex> = LazyLock::new(|| PromptIndex::build(ALAW));
+/// No prompts: a format the server has no conversion for (and the lossy
+/// ear, which has its own reference).
+static EMPTY: LazyLock<PromptIndex> = LazyLock::new(|| PromptIndex {
+    frame_bytes: 1,
+    silence: 0,
+    frames: HashMap::default(),
+});
 
 /// G.711 A-law 8 kHz (a server leg format; the load tool itself never
 /// negotiates it, but the index is the same few lines).
@@ -172,11 +182,6 @@ impl PromptIndex {
     /// The index for `format`, built once per process on first use. A
     /// format the server cannot convert prompts to has an empty index.
     pub fn for_format(format: AudioFormat) -> &'static PromptIndex {
-        static EMPTY: LazyLock<PromptIndex> = LazyLock::new(|| PromptIndex {
-            frame_bytes: 1,
-            silence: 0,
-            frames: HashMap::default(),
-        });
         match (format.encoding, format.sample_rate) {
             (AudioEncoding::Mulaw, 8_000) => &MULAW_8K,
             (AudioEncoding::Pcm16Le, 16_000) => &PCM16_16K,
@@ -307,6 +312,22 @@ pub struct Ear {
     run: Run,
     /// Prompts heard since the call's last `clear`.
     since_clear: Prompts,
+    /// For a continuous stream through a lossy codec (WebRTC): the matcher
+    /// that stands in for the exact index.
+    lossy: Option<Box<lossy::LossyEar>>,
+}
+
+/// One frame of a lossy stream as the ear releases it, at its arrival time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timed {
+    /// Nothing was playing (digital silence).
+    Quiet {
+        at: Duration,
+    },
+    Heard {
+        at: Duration,
+        piece: Piece,
+    },
 }
 
 impl Ear {
@@ -316,7 +337,58 @@ impl Ear {
             index: PromptIndex::for_format(format),
             run: Run::None,
             since_clear: Prompts::default(),
+            lossy: None,
         }
+    }
+
+    /// An ear for 16 kHz L16 decoded from Opus, one frame every 20 ms
+    /// ([`lossy`]): frames go through [`Ear::hear_frame`].
+    pub fn lossy() -> Ear {
+        Ear {
+            index: &EMPTY,
+            run: Run::None,
+            since_clear: Prompts::default(),
+            lossy: Some(Box::default()),
+        }
+    }
+
+    /// Whether this ear takes frames of a lossy stream.
+    pub fn is_lossy(&self) -> bool {
+        self.lossy.is_some()
+    }
+
+    /// One 20 ms frame of a lossy stream received at `at`: the frames it
+    /// releases, each classified into runs as [`Ear::hear`] does, with its
+    /// own arrival time (audio after silence is held briefly, see
+    /// [`lossy`]). An exact ear releases nothing here.
+    pub fn hear_frame(&mut self, at: Duration, frame: &[u8]) -> Vec<Timed> {
+        let Some(ear) = self.lossy.as_mut() else {
+            return Vec::new();
+        };
+        let released = ear.frame(at, frame);
+        released
+            .into_iter()
+            .map(|r| {
+                let sound = match r.class {
+                    lossy::Class::Quiet => return Timed::Quiet { at: r.at },
+                    lossy::Class::Own => FrameSound::Own,
+                    lossy::Class::Prompt { prompt, starts } => {
+                        let of = Prompts::of(prompt);
+                        let starts = if starts { of } else { Prompts::default() };
+                        FrameSound::Prompt(Entry { of, starts }, prompt)
+                    }
+                };
+                let (sound, starts_run) = self.step(sound);
+                Timed::Heard {
+                    at: r.at,
+                    piece: Piece {
+                        sound,
+                        starts_run,
+                        bytes: r.bytes,
+                    },
+                }
+            })
+            .collect()
     }
 
     /// Classifies one message of audio. The message is cut into frames
@@ -385,6 +457,8 @@ impl Ear {
         !self.since_clear.and(Prompts::of(prompt)).is_empty()
     }
 }
+
+pub mod lossy;
 
 #[cfg(test)]
 mod tests;

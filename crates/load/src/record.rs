@@ -240,7 +240,8 @@ pub struct CallRecord {
     pub call_sid: CallSid,
     pub stream_sid: StreamSid,
     pub outcome: Outcome,
-    /// From dialling to the accepted WebSocket upgrade.
+    /// From dialling to the accepted WebSocket upgrade (WebRTC: to DTLS
+    /// connected, when media can flow).
     pub connect_ms: Option<u64>,
     /// From `start` sent to the first bot audio frame received.
     pub time_to_first_audio_ms: Option<u64>,
@@ -289,14 +290,16 @@ pub struct CallRecord {
     /// The WebSocket close code the server sent, if it closed first.
     #[serde(default)]
     pub close_code: Option<u16>,
-    /// Partner protocol: the `session_id` of the server's `started`.
+    /// Partner protocol: the `session_id` of the server's `started`;
+    /// WebRTC: the `call_id` of the session's status.
     #[serde(default)]
     pub session_id: Option<String>,
     /// Partner protocol: the server's `transfer` message, if any.
     #[serde(default)]
     pub transfer: Option<TransferMessage>,
-    /// Partner protocol: the `reason` of the server's `end` message, if any
-    /// (`end_reason` is the caller's own account of how the call ended).
+    /// Partner protocol: the `reason` of the server's `end` message, if any;
+    /// WebRTC: the session status's `end_reason` once it ended (`end_reason`
+    /// is the caller's own account of how the call ended).
     #[serde(default)]
     pub end_message_reason: Option<String>,
     /// Partner protocol: the first `error` message the server sent.

@@ -16,6 +16,13 @@
 //!   JSON `start`, then raw binary audio both ways (16-bit linear 16 kHz or
 //!   μ-law 8 kHz); marks are echoed as `played` only when playout reaches
 //!   them — marks dropped by `clear` are never echoed.
+//! - **WebRTC** (`docs/webrtc.md`): no messages on the media path at all.
+//!   The driver ([`crate::webrtc`]) hands the core every decoded 20 ms frame
+//!   (16-bit linear 16 kHz) as a binary frame and every session status it
+//!   polled (`GET` on the session URL) as a text frame; the core's frames
+//!   go out as Opus. There are no marks, no `clear` and no opening: a bot
+//!   turn ends when [`CallProtocol::Webrtc`]'s `turn_gap_ms` of silence
+//!   follows it, the call's end is the status's `ended` or `refused`.
 
 use std::time::Duration;
 
@@ -36,6 +43,9 @@ pub enum Protocol {
     Twilio,
     /// callgate's partner WebSocket (`/v1/partner/stream`).
     Partner,
+    /// WebRTC, signalled the WHIP way (`POST /v1/webrtc`), Opus over
+    /// DTLS-SRTP (`docs/webrtc.md`).
+    Webrtc,
 }
 
 impl Protocol {
@@ -43,6 +53,7 @@ impl Protocol {
         match self {
             Protocol::Twilio => "twilio",
             Protocol::Partner => "partner",
+            Protocol::Webrtc => "webrtc",
         }
     }
 
@@ -51,6 +62,15 @@ impl Protocol {
         match self {
             Protocol::Twilio => "ws://127.0.0.1:8080/v1/media-stream",
             Protocol::Partner => "ws://127.0.0.1:8080/v1/partner/stream",
+            Protocol::Webrtc => "http://127.0.0.1:8080/v1/webrtc",
+        }
+    }
+
+    /// The URL schemes this protocol dials.
+    pub fn schemes(self) -> [&'static str; 2] {
+        match self {
+            Protocol::Twilio | Protocol::Partner => ["ws://", "wss://"],
+            Protocol::Webrtc => ["http://", "https://"],
         }
     }
 }
@@ -63,6 +83,9 @@ pub enum CallProtocol {
     Twilio,
     /// The partner WebSocket in this format.
     Partner(PartnerFormat),
+    /// WebRTC (16-bit linear 16 kHz inside the caller, Opus on the wire):
+    /// a bot turn has ended once `turn_gap_ms` of silence followed it.
+    Webrtc { turn_gap_ms: u32 },
 }
 
 impl CallProtocol {
@@ -72,7 +95,19 @@ impl CallProtocol {
             CallProtocol::Twilio | CallProtocol::Partner(PartnerFormat::Pcmu) => {
                 AudioFormat::MULAW_8K
             }
-            CallProtocol::Partner(PartnerFormat::L16) => AudioFormat::PCM16_16K,
+            CallProtocol::Partner(PartnerFormat::L16) | CallProtocol::Webrtc { .. } => {
+                AudioFormat::PCM16_16K
+            }
+        }
+    }
+
+    /// The silence that ends a bot turn, on a protocol without marks.
+    pub fn turn_gap(self) -> Option<Duration> {
+        match self {
+            CallProtocol::Webrtc { turn_gap_ms } => {
+                Some(Duration::from_millis(u64::from(turn_gap_ms)))
+            }
+            _ => None,
         }
     }
 }
@@ -124,7 +159,20 @@ pub(crate) enum Heard {
         code: String,
         message: String,
     },
+    /// WebRTC: the session's status, as polled.
+    Session(SessionStatus),
     Unknown(String),
+}
+
+/// What `GET` on a WebRTC session URL answered (`docs/webrtc.md`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub(crate) struct SessionStatus {
+    /// `queued`, `admitted`, `refused`, `ended` (unknown states are kept).
+    pub(crate) state: String,
+    #[serde(default)]
+    pub(crate) end_reason: Option<String>,
+    #[serde(default)]
+    pub(crate) call_id: Option<String>,
 }
 
 /// Why a mark left the playout buffer.
@@ -170,6 +218,7 @@ impl Wire {
                     &call_id, format, params,
                 ))]
             }
+            CallProtocol::Webrtc { .. } => Vec::new(),
         }
     }
 
@@ -183,6 +232,10 @@ impl Wire {
                 Transmit::Text(wire::media(self.seq, stream, chunk, timestamp_ms, &frame))
             }
             CallProtocol::Partner(_) => Transmit::Binary(frame),
+            CallProtocol::Webrtc { .. } => Transmit::Media {
+                frame,
+                timestamp_ms,
+            },
         }
     }
 
@@ -197,18 +250,20 @@ impl Wire {
             (CallProtocol::Partner(_), Release::Played) => {
                 Some(Transmit::Text(partner_wire::played(name)))
             }
-            (CallProtocol::Partner(_), Release::Cleared) => None,
+            (CallProtocol::Partner(_), Release::Cleared) | (CallProtocol::Webrtc { .. }, _) => None,
         }
     }
 
-    /// The caller hangs up.
-    pub(crate) fn hang_up(&mut self) -> Transmit {
+    /// The caller hangs up: the message before the close, if the protocol
+    /// has one (WebRTC's hang-up is the driver's `DELETE` on the close).
+    pub(crate) fn hang_up(&mut self) -> Option<Transmit> {
         match self.protocol {
             CallProtocol::Twilio => {
                 self.seq += 1;
-                Transmit::Text(wire::stop(self.seq, &self.ids))
+                Some(Transmit::Text(wire::stop(self.seq, &self.ids)))
             }
-            CallProtocol::Partner(_) => Transmit::Text(partner_wire::stop()),
+            CallProtocol::Partner(_) => Some(Transmit::Text(partner_wire::stop())),
+            CallProtocol::Webrtc { .. } => None,
         }
     }
 
@@ -243,6 +298,14 @@ impl Wire {
                     ServerMessage::Unknown(event) => Heard::Unknown(event),
                 })
             }
+            CallProtocol::Webrtc { .. } => {
+                serde_json::from_str(text)
+                    .map(Heard::Session)
+                    .map_err(|e| LoadError::Malformed {
+                        stream,
+                        detail: format!("not a WebRTC session status: {e}"),
+                    })
+            }
         }
     }
 
@@ -267,6 +330,16 @@ impl Wire {
                         "audio of {} bytes is not whole {}-byte samples",
                         bytes.len(),
                         format.bytes_per_sample()
+                    )));
+                }
+                Ok(Heard::Audio(bytes.to_vec()))
+            }
+            CallProtocol::Webrtc { .. } => {
+                let frame = AudioFormat::PCM16_16K.frame_bytes();
+                if bytes.len() != frame {
+                    return Err(malformed(format!(
+                        "decoded frame of {} bytes (20 ms of 16 kHz L16 is {frame})",
+                        bytes.len()
                     )));
                 }
                 Ok(Heard::Audio(bytes.to_vec()))

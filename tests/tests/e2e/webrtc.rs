@@ -155,8 +155,9 @@ async fn a_browser_is_greeted_answered_three_times_and_hangs_up_with_both_sides_
 async fn speech_over_the_greeting_stops_outbound_audio_within_a_frame_and_tells_the_dialog() {
     let h = harness(|_| {}).await;
     let dir = Scratch::new("webrtc-barge").unwrap();
-    // Speech 1.5 s after the microphone opens: inside the greeting.
-    let wav = caller_wav(&dir.path, &LINES[..1], 1.5, 4.0);
+    // Speech 2.2 s after the microphone opens: inside the ~3 s greeting,
+    // which starts after ICE, DTLS and setup (slower on a busy machine).
+    let wav = caller_wav(&dir.path, &LINES[..1], 2.2, 4.0);
     let browser = Browser::launch(Some(&wav)).await;
     let tab = browser.open(&page(&h)).await;
     call_admitted(&tab).await;

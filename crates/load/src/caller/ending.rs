@@ -58,6 +58,8 @@ pub(super) struct Terminal {
     pub(super) heard_from: Duration,
     pub(super) audio_seen: bool,
     pub(super) echoed: bool,
+    /// Learnt from a WebRTC session's status, not from a mark or message.
+    pub(super) via_status: bool,
 }
 
 /// The kind and reason of a terminal mark's name, if it is one.
@@ -78,7 +80,12 @@ pub(super) fn terminal_outcome(term: &Terminal, overflow_heard: bool) -> Outcome
     let reason = term.reason.clone();
     match term.kind {
         TerminalKind::Overflow => Outcome::Rejected {
-            how: "overflow_mark".into(),
+            how: if term.via_status {
+                "session_refused"
+            } else {
+                "overflow_mark"
+            }
+            .into(),
             reason,
             prompt_heard: term.echoed && term.audio_seen && overflow_heard,
             time_to_rejection_ms: millis(term.heard_from),
@@ -107,4 +114,62 @@ fn is_reason(reason: &str, what: &str, who: &[&str]) -> bool {
         .strip_prefix(what)
         .and_then(|r| r.strip_prefix(':'));
     mark.or(message).is_some_and(|w| who.contains(&w))
+}
+
+/// A WebRTC session's end reasons that no terminal prompt announces: the
+/// caller or its media went away, or the server stopped
+/// (`docs/webrtc.md`, "How a call ends").
+const LOST_REASONS: [&str; 11] = [
+    "caller_hangup",
+    "caller_hangup_during_setup",
+    "carrier_gone",
+    "carrier_gone_during_setup",
+    "carrier_media_stalled",
+    "rtp_timeout",
+    "ice_failed",
+    "dtls_failed",
+    "consent_lost",
+    "shutdown",
+    "protocol_error",
+];
+
+/// The terminal kind and reason a WebRTC session's final status stands
+/// for (`docs/webrtc.md`, "How a call ends"), in the reasons the marks
+/// carry; `None` for an ending no terminal prompt announces ([`LOST_REASONS`],
+/// or no reason at all).
+///
+/// `refused` (and a setup failure, which plays the overflow prompt) is an
+/// overflow; `bot_ended[:<reason>]` and the server's limits are ends;
+/// `transferred:<reason>`, `drain_transfer`, `stalled:<culprit>` and
+/// `provider_failed:<provider>` (read as the partner messages' reasons)
+/// are transfers, and so is any other reason: the contract names a bot's
+/// hand-over by its bare reason (`caller_requested_human`).
+pub(super) fn session_terminal(state: &str, reason: &str) -> Option<(TerminalKind, String)> {
+    if state == "refused" || reason.starts_with("setup_failed:") {
+        return Some((TerminalKind::Overflow, reason.to_string()));
+    }
+    let lost = reason
+        .split(':')
+        .next()
+        .is_some_and(|r| LOST_REASONS.contains(&r));
+    if state != "ended" || reason.is_empty() || lost {
+        return None;
+    }
+    // `<prefix>` alone or `<prefix>:<detail>`.
+    let detail = |prefix: &str| match reason.strip_prefix(prefix)? {
+        "" => Some(prefix.to_string()),
+        rest => rest.strip_prefix(':').map(str::to_string),
+    };
+    if let Some(r) = detail("bot_ended") {
+        return Some((TerminalKind::End, r));
+    }
+    if LIMIT_REASONS.contains(&reason) {
+        return Some((TerminalKind::End, reason.to_string()));
+    }
+    let why = match (detail("transferred"), reason) {
+        (Some(r), _) => r,
+        (None, "drain_transfer") => "drain".to_string(),
+        (None, other) => other.to_string(),
+    };
+    Some((TerminalKind::Transfer, why))
 }

@@ -34,6 +34,7 @@ impl Caller {
                 tracing::debug!(%code, %message, "server reported a protocol error");
                 self.said.error.get_or_insert(ServerError { code, message });
             }
+            Ok(Heard::Session(status)) => self.on_session(now, status),
             Ok(Heard::Unknown(event)) => {
                 tracing::debug!(%event, "ignoring unknown server event");
                 self.counters.unknown_events += 1;
@@ -68,10 +69,23 @@ impl Caller {
             self.counters.malformed_events += 1;
             return;
         }
+        if self.ear.is_lossy() {
+            self.on_stream_frame(now, audio);
+            return;
+        }
+        let pieces = self.ear.hear(audio);
+        self.audio_arrived(now, audio.len(), pieces);
+    }
+
+    /// `bytes` of bot audio arrived at `now`, heard as `pieces`.
+    pub(super) fn audio_arrived(&mut self, now: Duration, bytes: usize, pieces: Vec<Piece>) {
+        if !self.is_live() {
+            return;
+        }
         self.counters
             .first_audio
             .get_or_insert(now.saturating_sub(self.started_at));
-        let len = transport::playing_time(self.audio, audio.len());
+        let len = transport::playing_time(self.audio, bytes);
         self.interaction.audio(now, len);
         // A stretch of dead air this audio ends too late is silent in the
         // phase it was owed in, but what arrived is still measured (a reply
@@ -79,7 +93,7 @@ impl Caller {
         let too_late = (!self.playout.is_playing(now)
             && self.observe(now) > self.plan.silence_threshold)
             .then(|| self.phase_label());
-        for piece in self.ear.hear(audio) {
+        for piece in pieces {
             self.on_piece(now, piece);
         }
         self.prompt_started.get_or_insert(now);
@@ -179,7 +193,7 @@ impl Caller {
         }
     }
 
-    fn enter_terminal(&mut self, now: Duration, kind: TerminalKind, reason: String) {
+    pub(super) fn enter_terminal(&mut self, now: Duration, kind: TerminalKind, reason: String) {
         let audio_seen = match self.stage {
             Stage::AwaitBot { heard, .. } => {
                 heard != TurnHeard::Nothing || self.playout.is_playing(now)
@@ -198,6 +212,7 @@ impl Caller {
             heard_from,
             audio_seen,
             echoed: false,
+            via_status: false,
         });
     }
 
@@ -229,7 +244,7 @@ impl Caller {
         }
     }
 
-    fn turn_completed(&mut self, t: Duration, turn: BotTurn) {
+    pub(super) fn turn_completed(&mut self, t: Duration, turn: BotTurn) {
         self.interaction.turn_completed(turn.index());
         self.prompt_started = None;
         self.ear.new_turn();

@@ -20,6 +20,7 @@ mod interaction;
 mod partner;
 mod script;
 mod silence;
+mod webrtc;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -91,7 +92,7 @@ impl Harness {
         while let Some(tx) = self.caller.poll_transmit() {
             let v = match tx {
                 Transmit::Text(t) => Some(serde_json::from_str(&t).unwrap()),
-                Transmit::Binary(bytes) => {
+                Transmit::Binary(bytes) | Transmit::Media { frame: bytes, .. } => {
                     let silence = transport::silence_byte(self.caller.audio);
                     let speech = bytes.iter().any(|&b| b != silence);
                     let v = json!({"event":"binary","len":bytes.len(),"speech":speech});
@@ -184,7 +185,9 @@ impl Harness {
                     let v = json!({"event":"media","streamSid":sid,"media":{"payload":payload}});
                     self.caller.handle_text(t, &v.to_string());
                 }
-                CallProtocol::Partner(_) => self.caller.handle_binary(t, &msg),
+                CallProtocol::Partner(_) | CallProtocol::Webrtc { .. } => {
+                    self.caller.handle_binary(t, &msg)
+                }
             }
             self.drain();
         }

@@ -218,6 +218,10 @@ impl Task {
     fn on_timer(&mut self, now: Instant) {
         if self.next_tick.is_some_and(|t| t <= now) {
             self.tick(now);
+            // str0m's rule: drain its output after every change (the write).
+            if self.flush().is_err() {
+                lock(&self.report).malformed += 1;
+            }
         }
         let _ = self.rtc.handle_input(Input::Timeout(now));
     }

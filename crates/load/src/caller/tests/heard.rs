@@ -8,6 +8,7 @@ fn turn_mark(h: &mut Harness, t: Duration, name: &str) {
     match h.caller.plan.protocol {
         CallProtocol::Twilio => h.mark(t, name),
         CallProtocol::Partner(_) => h.partner_mark(t, name),
+        CallProtocol::Webrtc { .. } => panic!("WebRTC carries no marks"),
     }
 }
 
@@ -191,6 +192,7 @@ fn server_endings_are_told_from_the_bots_by_their_reason() {
         heard_from: Duration::ZERO,
         audio_seen: true,
         echoed: true,
+        via_status: false,
     };
     let transfer = |reason: &str| terminal_outcome(&term(TerminalKind::Transfer, reason), false);
     let end = |reason: &str| terminal_outcome(&term(TerminalKind::End, reason), false);

@@ -29,7 +29,7 @@ impl Harness {
     fn frame(&mut self, t: Duration) {
         match self.caller.plan.protocol {
             CallProtocol::Twilio => self.audio(t, 20),
-            CallProtocol::Partner(_) => self.binary_audio(t, 20),
+            CallProtocol::Partner(_) | CallProtocol::Webrtc { .. } => self.binary_audio(t, 20),
         }
     }
 
@@ -37,7 +37,7 @@ impl Harness {
     fn bot_audio(&mut self, t: Duration, play_ms: usize) {
         match self.caller.plan.protocol {
             CallProtocol::Twilio => self.audio(t, play_ms),
-            CallProtocol::Partner(_) => self.binary_audio(t, play_ms),
+            CallProtocol::Partner(_) | CallProtocol::Webrtc { .. } => self.binary_audio(t, play_ms),
         }
     }
 
@@ -52,6 +52,7 @@ impl Harness {
         match self.caller.plan.protocol {
             CallProtocol::Twilio => self.mark(t, name),
             CallProtocol::Partner(_) => self.partner_mark(t, name),
+            CallProtocol::Webrtc { .. } => panic!("WebRTC carries no marks"),
         }
     }
 
@@ -59,6 +60,7 @@ impl Harness {
         match self.caller.plan.protocol {
             CallProtocol::Twilio => self.clear(t),
             CallProtocol::Partner(_) => self.server(t, json!({"event":"clear"})),
+            CallProtocol::Webrtc { .. } => panic!("WebRTC carries no clear"),
         }
     }
 
