@@ -1,6 +1,6 @@
 //! A real headless Chromium (Debian's `/usr/bin/chromium`) for the
 //! end-to-end tests, driven over the Chrome DevTools Protocol (CDP) straight
-//! from Rust: no chromedriver, no Selenium, no Python.
+//! from Rust: no WebDriver binary, no Selenium, no Python.
 //!
 //! What it is: [`Browser::launch`] starts Chromium in a scratch profile
 //! with a fake camera and microphone (the microphone plays a WAV, see

@@ -282,6 +282,24 @@ impl Harness {
 
     /// Waits (bounded) until every simulator reports zero open sessions and
     /// the server reports zero active calls; panics with the counts if not.
+    /// No WebRTC session live and no route left on the shared socket
+    /// (the WebRTC ingress must be enabled).
+    pub async fn assert_webrtc_clear(&self) {
+        let w = self
+            .server
+            .carriers
+            .webrtc
+            .as_ref()
+            .expect("WebRTC enabled");
+        eventually(
+            Duration::from_secs(10),
+            "no WebRTC session or route left",
+            async || (w.registry.live(), w.routes.sizes()),
+            |s| *s == (0, (0, 0)),
+        )
+        .await;
+    }
+
     pub async fn assert_all_closed(&self) {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {

@@ -148,7 +148,7 @@ async fn a_browser_is_greeted_answered_three_times_and_hangs_up_with_both_sides_
         "{t:#}"
     );
     assert!(client["remote_inbound"]["roundTripTime"].is_f64(), "{t:#}");
-    nothing_left(&h).await;
+    h.assert_webrtc_clear().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,7 +181,7 @@ async fn speech_over_the_greeting_stops_outbound_audio_within_a_frame_and_tells_
     let stop = t["clear_to_silence_max_us"].as_u64().unwrap();
     assert!(stop <= 120_000, "{t:#}");
     assert_eq!(h.sims.dialog.interrupts(), 1, "the dialog was told");
-    nothing_left(&h).await;
+    h.assert_webrtc_clear().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,7 +209,7 @@ async fn a_closed_tab_ends_consent_lost_and_leaves_nothing_behind() {
         "{:#}",
         l.stats
     );
-    nothing_left(&h).await;
+    h.assert_webrtc_clear().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -239,7 +239,7 @@ async fn at_capacity_two_a_third_browser_is_refused_with_503_and_recorded() {
         tab.eval("callgate.hangup()").await.unwrap();
     }
     h.assert_all_closed().await;
-    nothing_left(&h).await;
+    h.assert_webrtc_clear().await;
 }
 
 /// The page's session id (the ledger's carrier call id).
@@ -251,16 +251,4 @@ async fn session_of(tab: &Tab) -> String {
         .next()
         .unwrap()
         .to_string()
-}
-
-/// No session live, no route left on the shared socket.
-async fn nothing_left(h: &Harness) {
-    let w = h.server.carriers.webrtc.as_ref().unwrap();
-    callgate_tests::eventually(
-        Duration::from_secs(10),
-        "no WebRTC session or route left",
-        async || (w.registry.live(), w.routes.sizes()),
-        |s| *s == (0, (0, 0)),
-    )
-    .await;
 }

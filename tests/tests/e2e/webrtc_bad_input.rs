@@ -173,13 +173,7 @@ async fn every_bad_offer_gets_its_own_refusal_and_a_good_one_still_works() {
     )
     .await;
     assert_eq!(ledger.flatten().as_deref(), Some("ice_failed"));
-    callgate_tests::eventually(
-        Duration::from_secs(10),
-        "no session or route left",
-        async || (w.registry.live(), w.routes.sizes()),
-        |s| *s == (0, (0, 0)),
-    )
-    .await;
+    h.assert_webrtc_clear().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -118,12 +118,5 @@ async fn ice_without_dtls_ends_dtls_failed_within_its_bound() {
         metrics.contains("callgate_webrtc_transport_lost_total{why=\"dtls_failed\"} 1"),
         "{metrics}"
     );
-    let w = h.server.carriers.webrtc.as_ref().unwrap();
-    callgate_tests::eventually(
-        Duration::from_secs(10),
-        "no session or route left",
-        async || (w.registry.live(), w.routes.sizes()),
-        |s| *s == (0, (0, 0)),
-    )
-    .await;
+    h.assert_webrtc_clear().await;
 }
