@@ -42,6 +42,8 @@ const EVENTS: usize = 64;
 /// Playout more than this far behind its clock restarts from now (a
 /// stalled task does not burst seconds of audio at the browser).
 const MAX_LAG: Duration = Duration::from_millis(100);
+/// Longest wait for room for the terminal event.
+const TERMINAL_SEND: Duration = Duration::from_secs(2);
 
 /// Fixed for the session's life.
 #[derive(Debug, Clone, Copy)]
@@ -154,11 +156,10 @@ impl Task {
         if let Stop::Lost(loss, detail) = stop {
             metrics::counter!(m::WEBRTC_LOST, "why" => loss.as_str()).increment(1);
             lock(&self.report).lost = Some(loss);
-            // Terminal: waits for room, the call reads it.
-            let _ = self
-                .events
-                .send(LegEvent::TransportLost(loss, detail))
-                .await;
+            // Terminal: waits for room (the call reads it), bounded so a
+            // leg that has stopped reading cannot hold the task.
+            let ev = LegEvent::TransportLost(loss, detail);
+            let _ = tokio::time::timeout(TERMINAL_SEND, self.events.send(ev)).await;
         }
         self.rtc.disconnect();
         let _ = self.flush();
