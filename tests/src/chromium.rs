@@ -84,6 +84,28 @@ const TOOL_LIMIT: Duration = Duration::from_secs(30);
 /// Runs Chromium (`"$@"`) in the background and kills the whole process
 /// group (itself included) once Chromium exits or the test process — its
 /// parent — is gone: the test may die without running any destructor.
+/// The script [`Tab::cue_mic`] evaluates (`__WAV_B64__` replaced by the
+/// WAV's bytes): a running audio context, the decoded WAV, and a
+/// `getUserMedia` that answers the context's stream destination.
+const CUED_MIC: &str = r#"(async () => {
+  const bytes = Uint8Array.from(atob('__WAV_B64__'), (c) => c.charCodeAt(0));
+  const ctx = new AudioContext({ sampleRate: 48000 });
+  await ctx.resume();
+  const buf = await ctx.decodeAudioData(bytes.buffer);
+  const dest = ctx.createMediaStreamDestination();
+  let played = 0;
+  window.__cuedMic = { speak() {
+    const src = ctx.createBufferSource();
+    src.buffer = buf;
+    src.connect(dest);
+    src.start();
+    played += 1;
+    return played;
+  } };
+  navigator.mediaDevices.getUserMedia = async () => dest.stream;
+  return ctx.state;
+})()"#;
+
 const WATCHDOG: &str = r#""$@" &
 child=$!
 while kill -0 "$PPID" 2>/dev/null && kill -0 "$child" 2>/dev/null; do sleep 0.2; done
@@ -321,6 +343,39 @@ impl Tab {
     /// last 50), oldest first, as `"<level>: <text>"`.
     pub fn console(&self) -> Vec<String> {
         lock(&self.cdp.console).iter().cloned().collect()
+    }
+
+    /// Replaces the page's microphone with one the test cues: after this,
+    /// `getUserMedia` answers a WebAudio stream that carries silence until
+    /// [`Tab::speak`] plays `wav` into it, once per call. For speech that
+    /// must land at a moment the test observes (over the bot's greeting),
+    /// which a file-fed fake device, started when the page opens it,
+    /// cannot promise on a busy machine. Panics when the page cannot
+    /// decode the WAV or its audio context does not run.
+    pub async fn cue_mic(&self, wav: &Path) {
+        use base64::Engine as _;
+        let bytes = std::fs::read(wav).unwrap_or_else(|e| panic!("reading {}: {e}", wav.display()));
+        let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
+        let js = CUED_MIC.replace("__WAV_B64__", &b64);
+        let state = self.eval(&js).await;
+        assert_eq!(
+            state,
+            Ok(json!("running")),
+            "installing the cued microphone in {}; console:\n{}",
+            self.url,
+            self.console().join("\n")
+        );
+    }
+
+    /// Plays the WAV given to [`Tab::cue_mic`] into the page's microphone,
+    /// from now. Panics when no cued microphone is installed.
+    pub async fn speak(&self) {
+        let played = self.eval("window.__cuedMic.speak()").await;
+        assert!(
+            matches!(played, Ok(Value::Number(_))),
+            "cueing speech in {}: {played:?}",
+            self.url
+        );
     }
 
     /// Closes the tab as a user closing it would (`Target.closeTarget`

@@ -155,13 +155,16 @@ async fn a_browser_is_greeted_answered_three_times_and_hangs_up_with_both_sides_
 async fn speech_over_the_greeting_stops_outbound_audio_within_a_frame_and_tells_the_dialog() {
     let h = harness(|_| {}).await;
     let dir = Scratch::new("webrtc-barge").unwrap();
-    // Speech 2.2 s after the microphone opens: inside the ~3 s greeting,
-    // which starts after ICE, DTLS and setup (slower on a busy machine).
-    let wav = caller_wav(&dir.path, &LINES[..1], 2.2, 4.0);
-    let browser = Browser::launch(Some(&wav)).await;
+    // The utterance is cued once the page hears the greeting (~3 s long),
+    // so it lands over it however long ICE, DTLS and setup took.
+    let wav = caller_wav(&dir.path, &LINES[..1], 0.0, 1.0);
+    let browser = Browser::launch(None).await;
     let tab = browser.open(&page(&h)).await;
+    tab.cue_mic(&wav).await;
     call_admitted(&tab).await;
     let id = call_id(&tab).await;
+    greeting_heard(&tab).await;
+    tab.speak().await;
     callgate_tests::eventually(
         Duration::from_secs(30),
         "the interrupting utterance answered",
