@@ -1,5 +1,6 @@
 //! `callgate bench sip`: per-call server CPU and RSS on the SIP/RTP path
-//! beside the Twilio media-stream path, N calls at once.
+//! (or, with `--compare webrtc`, the WebRTC path) beside the Twilio
+//! media-stream path, N calls at once.
 //!
 //! What it is: the incident bench's rig (a throwaway Postgres or
 //! `CALLGATE_DATABASE_URL`; the simulators and the server as child
@@ -21,6 +22,15 @@
 //! - SIP: `sipp` on `tests/sip/load_uac.xml` with `-m N -l N -r N` (N
 //!   INVITEs within one second), each call speaking 6 s of
 //!   `book_table.ulaw` over RTP, then `hold_ms` of silence, then BYE.
+//! - WebRTC (`--compare webrtc`, the server's WebRTC ingress on instead of
+//!   SIP): the load tool's str0m caller with the Twilio runs' call mix and
+//!   seed — the same utterances, encoded to Opus, over ICE-lite and
+//!   DTLS-SRTP on the server's one UDP socket, signalled by `POST
+//!   /v1/webrtc` and hung up by `DELETE`. The conversations are the same
+//!   as the Twilio runs' (the load tool marks an end of turn with silence
+//!   rather than a mark, so its calls run a little longer: the `call s`
+//!   column). A run the server had to conceal frames in (a packet that
+//!   never reached it) is not valid, as a SIP run with late or lost RTP.
 //!
 //! How call lengths are matched: both are measured the same way, by the
 //! server's ledger (admission → cleanup completed, the `call s` column).
@@ -63,6 +73,8 @@
 //! ```text
 //! cargo build --release -p callgate-cli
 //! ./target/release/callgate bench sip --calls 50,100 --repeat 3
+//! ./target/release/callgate bench sip --compare webrtc --calls 500 --repeat 3 \
+//!     --stt-cap 600 --tts-cap 600 --dialog-cap 600 --db-max-calls 600
 //! ```
 
 mod ledger;
@@ -75,7 +87,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use callgate_load::{Arrival, LoadConfig, LoadReport};
+use callgate_load::{Arrival, LoadConfig, LoadReport, Protocol};
 use serde::Serialize;
 
 use crate::bench::{Caps, Rig};
@@ -108,12 +120,34 @@ fn parse_hold(s: &str) -> Result<Hold, String> {
     }
 }
 
+/// The path measured beside Twilio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Compare {
+    /// SIP/RTP placed by sipp.
+    Sip,
+    /// WebRTC placed by the load tool's str0m peer.
+    Webrtc,
+}
+
+impl Compare {
+    fn ingress(self) -> Ingress {
+        match self {
+            Compare::Sip => Ingress::Sip,
+            Compare::Webrtc => Ingress::Webrtc,
+        }
+    }
+}
+
 /// Knobs of `callgate bench sip`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SipArgs {
     /// Calls per run, all offered at once (within one second), in order.
     #[arg(long, value_delimiter = ',', default_value = "50,100")]
     pub calls: Vec<usize>,
+    /// The path measured beside Twilio: `sip` (sipp) or `webrtc` (the load
+    /// tool's WebRTC caller, the Twilio callers' call mix over Opus).
+    #[arg(long, value_enum, default_value_t = Compare::Sip)]
+    pub compare: Compare,
     /// Times each path is measured at each size.
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
@@ -219,7 +253,7 @@ impl SipArgs {
     fn plan(&self) -> Vec<(usize, Ingress, usize)> {
         let mut plan = Vec::new();
         for &n in &self.calls {
-            for ingress in Ingress::ALL {
+            for ingress in [Ingress::Twilio, self.compare.ingress()] {
                 plan.extend((1..=self.repeat).map(|rep| (n, ingress, rep)));
             }
         }
@@ -264,10 +298,17 @@ struct Report<'a> {
 /// not an error but the exit code.
 pub async fn run(args: SipArgs) -> anyhow::Result<ExitCode> {
     args.validate()?;
-    sipp::SippPlan::check_files(&args.sip_scenarios)?;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
-    let start = Rig::start_with_sip(&args.caps, args.rtp_port_min, args.rtp_pairs());
+    let start = async {
+        match args.compare {
+            Compare::Sip => {
+                sipp::SippPlan::check_files(&args.sip_scenarios)?;
+                Rig::start_with_sip(&args.caps, args.rtp_port_min, args.rtp_pairs()).await
+            }
+            Compare::Webrtc => Rig::start_with_webrtc(&args.caps).await,
+        }
+    };
     let mut rig = tokio::select! {
         rig = start => rig?,
         _ = &mut ctrl_c => bail!("interrupted while starting"),
@@ -337,7 +378,9 @@ async fn run_all(
             .await
             .context("restarting the server for a fresh process")?;
         let result = match ingress {
-            Ingress::Twilio => measure_twilio(rig, args, calls, repeat).await?,
+            Ingress::Twilio | Ingress::Webrtc => {
+                measure_load(rig, args, ingress, calls, repeat).await?
+            }
             Ingress::Sip => {
                 let hold_ms = hold_for(args, results, calls);
                 measure_sip(rig, args, calls, repeat, hold_ms).await?
@@ -373,19 +416,31 @@ async fn idle_rss(rig: &mut Rig, args: &SipArgs) -> anyhow::Result<u64> {
     rig.server_rss_kib()
 }
 
-async fn measure_twilio(
+/// A run of the in-process load tool: Twilio media streams, or the same
+/// callers over WebRTC.
+async fn measure_load(
     rig: &mut Rig,
     args: &SipArgs,
+    ingress: Ingress,
     calls: usize,
     repeat: usize,
 ) -> anyhow::Result<RunResult> {
     let idle_rss_kib = idle_rss(rig, args).await?;
-    let cfg = args.load_config(&rig.media_url(), calls);
+    let cfg = match ingress {
+        Ingress::Webrtc => {
+            let url = rig.webrtc_url().context("the rig has no WebRTC ingress")?;
+            LoadConfig {
+                protocol: Protocol::Webrtc,
+                ..args.load_config(&url, calls)
+            }
+        }
+        _ => args.load_config(&rig.media_url(), calls),
+    };
     let (load, res, (from, to)) = rig
         .measure(args.settle_timeout, callgate_load::run(cfg))
         .await?;
-    let server = ledger::read(rig.conninfo(), rig.instance(), Ingress::Twilio, from, to).await?;
-    let generator = twilio_view(&load, args.max_lag_ms);
+    let server = ledger::read(rig.conninfo(), rig.instance(), ingress, from, to).await?;
+    let generator = load_view(&load, &server, args.max_lag_ms);
     let usage = Usage {
         wall_s: res.wall_s,
         server_cpu_s: res.server_cpu_s,
@@ -396,7 +451,7 @@ async fn measure_twilio(
         rss_samples: res.peaks.samples,
     };
     let row = SipRow {
-        ingress: Ingress::Twilio,
+        ingress,
         calls,
         repeat,
         hold_ms: None,
@@ -411,20 +466,29 @@ async fn measure_twilio(
     })
 }
 
-/// The load tool's view of a Twilio run, with the incident bench's rule
-/// for a generator that kept up.
-fn twilio_view(load: &LoadReport, max_lag_ms: u64) -> GeneratorView {
+/// The load tool's view of a run, with the incident bench's rule for a
+/// generator that kept up; over WebRTC also the server's: a frame it had
+/// to conceal is a packet that never reached it (on loopback, a caller
+/// that fell behind or a socket buffer that overflowed).
+fn load_view(load: &LoadReport, server: &ledger::Tally, max_lag_ms: u64) -> GeneratorView {
     let s = &load.summary;
     let kept_up = s.media_frames_skipped == 0 && s.max_send_lag_ms <= max_lag_ms;
+    let concealed = server.rtp.concealed;
     GeneratorView {
         served: s.completed + s.ended_by_bot,
         refused: s.rejected,
-        lagged: (!kept_up).then(|| {
-            format!(
+        lagged: if !kept_up {
+            Some(format!(
                 "media clock {} ms late, {} frames skipped",
                 s.max_send_lag_ms, s.media_frames_skipped
-            )
-        }),
+            ))
+        } else if concealed > 0 {
+            Some(format!(
+                "the server concealed {concealed} frames of the callers' Opus"
+            ))
+        } else {
+            None
+        },
         faults: (s.failed > 0 || s.silent > 0)
             .then(|| format!("{} calls failed, {} silent", s.failed, s.silent)),
     }
@@ -541,6 +605,23 @@ mod tests {
         let cfg = a.load_config("ws://127.0.0.1:9/v1/media-stream", 100);
         assert_eq!(cfg.arrival, Arrival::Rate { per_second: 100.0 });
         assert_eq!((cfg.utterances, cfg.utterances_max), (2, Some(4)));
+    }
+
+    #[test]
+    fn compare_webrtc_measures_webrtc_beside_twilio_instead_of_sip() {
+        let a = args(&["--compare", "webrtc", "--calls", "10", "--repeat", "2"]);
+        assert_eq!(a.compare, Compare::Webrtc);
+        let ingresses: Vec<Ingress> = a.plan().into_iter().map(|(_, i, _)| i).collect();
+        assert_eq!(
+            ingresses,
+            [
+                Ingress::Twilio,
+                Ingress::Twilio,
+                Ingress::Webrtc,
+                Ingress::Webrtc
+            ]
+        );
+        assert!(Cmd::try_parse_from(["sip", "--compare", "partner"]).is_err());
     }
 
     #[test]

@@ -19,17 +19,26 @@ pub enum Ingress {
     Twilio,
     /// SIP/RTP, placed by sipp (`load_uac.xml`).
     Sip,
+    /// WebRTC (Opus over DTLS-SRTP), placed by the load tool's str0m peer.
+    Webrtc,
 }
 
 impl Ingress {
-    /// Both, in the order every size runs them.
-    pub const ALL: [Ingress; 2] = [Ingress::Twilio, Ingress::Sip];
+    /// The path compared with Twilio in `rows`: the first other ingress
+    /// measured (a bench compares Twilio with one path), SIP when none is.
+    pub fn compared_in(rows: &[SipRow]) -> Ingress {
+        rows.iter()
+            .map(|r| r.ingress)
+            .find(|i| *i != Ingress::Twilio)
+            .unwrap_or(Ingress::Sip)
+    }
 
     /// `call_ledger.ingress` / `admission_rejections.ingress`.
     pub fn label(self) -> &'static str {
         match self {
             Ingress::Twilio => "twilio",
             Ingress::Sip => "sip",
+            Ingress::Webrtc => "webrtc",
         }
     }
 }
@@ -205,6 +214,13 @@ pub fn format_detail(r: &SipRow) -> String {
             m.late, m.lost, m.concealed, m.max_jitter_ms
         );
     }
+    if r.ingress == Ingress::Webrtc {
+        let _ = write!(
+            line,
+            "server Opus in: {} packets, {} frames concealed; ",
+            m.packets_in, m.concealed
+        );
+    }
     let _ = write!(line, "end reasons: {}", list(&r.server.end_reasons));
     for why in r.invalid_because() {
         let _ = write!(line, "\n       NOT A VALID MEASUREMENT: {why}");
@@ -334,12 +350,13 @@ pub fn summaries(rows: &[SipRow]) -> Vec<(PathSummary, PathSummary)> {
             sizes.push(r.calls);
         }
     }
+    let other = Ingress::compared_in(rows);
     sizes
         .into_iter()
         .map(|n| {
             (
                 PathSummary::of(rows, Ingress::Twilio, n),
-                PathSummary::of(rows, Ingress::Sip, n),
+                PathSummary::of(rows, other, n),
             )
         })
         .collect()
@@ -384,6 +401,7 @@ fn marginal_lines(rows: &[SipRow]) -> Vec<String> {
             let (t0, s0) = &w[0];
             let (t1, s1) = &w[1];
             let (t, s) = (Marginal::between(t0, t1)?, Marginal::between(s0, s1)?);
+            let path = s1.ingress.label();
             let ratio = |a: f64, b: f64| {
                 if b > 0.0 {
                     format!("{:.2}×", a / b)
@@ -393,7 +411,7 @@ fn marginal_lines(rows: &[SipRow]) -> Vec<String> {
             };
             Some(format!(
                 "marginal {}→{} calls (difference of medians over ΔN): CPU ms/call twilio {:.1}, \
-                 sip {:.1} ({}); RSS KiB/call twilio {:.1}, sip {:.1} ({})",
+                 {path} {:.1} ({}); RSS KiB/call twilio {:.1}, {path} {:.1} ({})",
                 t.from,
                 t.to,
                 t.cpu_ms_per_call,
@@ -407,14 +425,15 @@ fn marginal_lines(rows: &[SipRow]) -> Vec<String> {
         .collect()
 }
 
-/// `sip/twilio` of the medians, when both paths have valid runs.
+/// `<path>/twilio` of the medians, when both paths have valid runs.
 fn ratio_line(twilio: &PathSummary, sip: &PathSummary) -> String {
     let ratio = |a: &Option<Spread>, b: &Option<Spread>| match (a, b) {
         (Some(s), Some(t)) if t.median > 0.0 => format!("{:.2}×", s.median / t.median),
         _ => "–".to_string(),
     };
     format!(
-        "sip/twilio: CPU per call {}, RSS per call {}, call length {}",
+        "{}/twilio: CPU per call {}, RSS per call {}, call length {}",
+        sip.ingress.label(),
         ratio(&sip.cpu_ms_per_call, &twilio.cpu_ms_per_call),
         ratio(&sip.rss_kib_per_call, &twilio.rss_kib_per_call),
         ratio(&sip.call_s, &twilio.call_s),
