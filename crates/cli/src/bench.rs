@@ -54,6 +54,7 @@
 //! not judged. The exit code is non-zero if any run FAILs.
 
 mod churn;
+mod committed;
 mod db;
 pub mod interaction;
 mod ledger;
@@ -102,6 +103,9 @@ pub enum Scenario {
     /// reads under contention, the reconciler, the agent-check responder,
     /// a receipt's writes.
     Ledger(ledger::LedgerArgs),
+    /// N committed calls held at once, quiet after one turn each, per
+    /// ingress: the server's CPU, RSS and descriptors per call.
+    Committed(committed::CommittedArgs),
     /// WebRTC sessions opened and hung up N times: the server's RSS and
     /// descriptors after them against its baseline (leaks).
     WebrtcChurn(churn::ChurnArgs),
@@ -263,6 +267,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Scenario::Sip(a) => sip::run(a).await,
         Scenario::Ledger(a) => ledger::run(a).await,
         Scenario::WebrtcChurn(a) => churn::run(a).await,
+        Scenario::Committed(a) => committed::run(a).await,
     }
 }
 
@@ -395,7 +400,8 @@ mod tests {
             Scenario::Interaction(_)
             | Scenario::Sip(_)
             | Scenario::Ledger(_)
-            | Scenario::WebrtcChurn(_) => {
+            | Scenario::WebrtcChurn(_)
+            | Scenario::Committed(_) => {
                 unreachable!("parsed `incident`")
             }
         }

@@ -387,6 +387,12 @@ impl Caller {
         self.admitted
     }
 
+    /// The script is done and the caller holds the line in silence
+    /// ([`CallPlan::hold`]) until [`Cue::HangUp`]: a committed call.
+    pub fn is_holding(&self) -> bool {
+        matches!(self.stage, Stage::Holding)
+    }
+
     /// How the call ended, once it has.
     pub fn outcome(&self) -> Option<&Outcome> {
         self.finish.as_ref().map(|f| &f.outcome)

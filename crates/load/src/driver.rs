@@ -120,6 +120,7 @@ async fn drive(
     let stream = caller.ids().stream;
     let mut admitted = false;
     let mut cued = true;
+    let mut holding = None;
     loop {
         let close = match flush(caller, &mut socket).await {
             Ok(Ending::Drop) => {
@@ -154,6 +155,7 @@ async fn drive(
             admitted = true;
             progress.call_admitted();
         }
+        progress.track_holding(&mut holding, caller.is_holding());
         if close || caller.is_done() {
             close_socket(&mut socket).await;
             return;

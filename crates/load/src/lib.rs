@@ -100,6 +100,7 @@ pub mod config;
 pub mod connect;
 pub mod driver;
 pub mod error;
+pub mod held;
 pub mod ids;
 pub mod partner_wire;
 pub mod playout;

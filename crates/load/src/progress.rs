@@ -21,6 +21,7 @@ pub struct Progress {
     rejected: AtomicUsize,
     silent: AtomicUsize,
     failed: AtomicUsize,
+    holding: AtomicUsize,
 }
 
 /// What [`Progress::counts`] read.
@@ -33,6 +34,8 @@ pub struct ProgressCounts {
     pub rejected: usize,
     pub silent: usize,
     pub failed: usize,
+    /// Calls whose script is done, holding the line (`CallPlan::hold`).
+    pub holding: usize,
 }
 
 /// Holds one connected call in the `active` count; dropping it (on any exit
@@ -46,6 +49,20 @@ pub struct ActiveGuard {
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
         self.progress.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Holds one call in the `holding` count while its caller holds the line;
+/// dropping it (the caller hung up, or the call ended) takes it out.
+#[must_use = "dropping the guard ends the call's holding count at once"]
+#[derive(Debug)]
+pub struct HoldingGuard<'a> {
+    progress: &'a Progress,
+}
+
+impl Drop for HoldingGuard<'_> {
+    fn drop(&mut self) {
+        self.progress.holding.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -68,6 +85,17 @@ impl Progress {
         self.active.fetch_add(1, Ordering::Relaxed);
         ActiveGuard {
             progress: Arc::clone(self),
+        }
+    }
+
+    /// Keeps `guard` in step with whether the call holds the line now:
+    /// taken when it starts, dropped when it stops.
+    pub fn track_holding<'a>(&'a self, guard: &mut Option<HoldingGuard<'a>>, holding: bool) {
+        if holding && guard.is_none() {
+            self.holding.fetch_add(1, Ordering::Relaxed);
+            *guard = Some(HoldingGuard { progress: self });
+        } else if !holding {
+            *guard = None;
         }
     }
 
@@ -99,6 +127,7 @@ impl Progress {
             rejected: get(&self.rejected),
             silent: get(&self.silent),
             failed: get(&self.failed),
+            holding: get(&self.holding),
         }
     }
 
@@ -159,5 +188,21 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("silent 1"), "{line}");
+    }
+
+    #[test]
+    fn a_call_counts_as_holding_only_while_it_holds() {
+        let p = Progress::new(1);
+        let mut guard = None;
+        p.track_holding(&mut guard, false);
+        assert_eq!(p.counts().holding, 0);
+        p.track_holding(&mut guard, true);
+        p.track_holding(&mut guard, true);
+        assert_eq!(p.counts().holding, 1, "counted once, however often seen");
+        p.track_holding(&mut guard, false);
+        assert_eq!(p.counts().holding, 0);
+        p.track_holding(&mut guard, true);
+        drop(guard);
+        assert_eq!(p.counts().holding, 0, "an ending call leaves the count");
     }
 }

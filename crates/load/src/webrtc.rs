@@ -231,6 +231,7 @@ impl Call {
     ) {
         let (mut statuses, _stop_polling) = self.start_polling();
         let (mut admitted, mut cued, mut polling) = (false, true, true);
+        let mut holding = None;
         let mut buf = vec![0u8; DATAGRAM];
         let early = std::mem::take(&mut self.stashed);
         self.on_events(caller, early, epoch);
@@ -242,6 +243,7 @@ impl Call {
                 admitted = true;
                 progress.call_admitted();
             }
+            progress.track_holding(&mut holding, caller.is_holding());
             if ending != Ending::None || caller.is_done() {
                 self.end(caller, ending).await;
                 return;

@@ -53,6 +53,11 @@ pub struct WebrtcConfig {
     /// streaming bound, not a voice call's).
     pub reorder_packets: usize,
     pub reorder_ms: u64,
+    /// libopus encoder complexity for the bot's audio, 0–10 (libopus's own
+    /// default is 10; libwebrtc sends at 5 on Android and iOS, 9
+    /// elsewhere). Lower costs less CPU per frame of speech, at some
+    /// quality; silence costs nothing either way (`carrier::webrtc::opus`).
+    pub opus_complexity: u8,
 }
 
 impl Default for WebrtcConfig {
@@ -72,6 +77,7 @@ impl Default for WebrtcConfig {
             max_sessions: 2_000,
             reorder_packets: 3,
             reorder_ms: 60,
+            opus_complexity: 5,
         }
     }
 }
@@ -105,6 +111,9 @@ impl WebrtcConfig {
                 "webrtc.ice_timeout_ms, dtls_timeout_ms and consent_timeout_ms must be 500..=120000"
                     .into(),
             );
+        }
+        if self.opus_complexity > 10 {
+            return Err("webrtc.opus_complexity must be 0..=10".into());
         }
         if self.max_sessions == 0 || self.reorder_packets > 50 || self.reorder_ms > 1_000 {
             return Err("webrtc.max_sessions ≥ 1, reorder_packets ≤ 50, reorder_ms ≤ 1000".into());
@@ -148,7 +157,8 @@ mod tests {
         };
         assert!(unspecified.validate().unwrap_err().contains("advertise_ip"));
         type Break = fn(&mut WebrtcConfig);
-        let cases: [(Break, &str); 5] = [
+        let cases: [(Break, &str); 6] = [
+            (|c| c.opus_complexity = 11, "opus_complexity"),
             (|c| c.consent_timeout_ms = 100, "consent_timeout_ms"),
             (|c| c.max_sessions = 0, "max_sessions"),
             (|c| c.reorder_ms = 5_000, "reorder_ms"),

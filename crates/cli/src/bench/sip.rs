@@ -77,8 +77,8 @@
 //!     --stt-cap 600 --tts-cap 600 --dialog-cap 600 --db-max-calls 600
 //! ```
 
-mod ledger;
-mod row;
+pub(super) mod ledger;
+pub(super) mod row;
 mod sipp;
 
 use std::io::{IsTerminal, Write as _};

@@ -13,6 +13,12 @@
 //! [`MAX_CONCEALED`] frames per gap, counted), and drops a packet older
 //! than the last one.
 //!
+//! Digital silence (an all-zero frame: the caller holding the line) is
+//! encoded until the encoder settles, then its settled silent packet is
+//! sent again, as the server does with its own silence: the server decodes
+//! the same standard packet, and a thousand quiet callers do not cost the
+//! generator a thousand encoders.
+//!
 //! What it never does: resample, buffer (one packet in, its frames out), or
 //! share anything with the server's codec.
 //!
@@ -33,6 +39,8 @@ pub const MAX_CONCEALED: u64 = 5;
 const MAX_PACKET: usize = 1_275;
 /// The encoder's complexity (0–10; libopus defaults to 10).
 pub const COMPLEXITY: i32 = 1;
+/// Silent frames encoded before the settled one is repeated instead.
+pub const SILENCE_WARMUP: u32 = 3;
 
 /// One call's Opus encoder and decoder.
 pub struct Codec {
@@ -41,6 +49,9 @@ pub struct Codec {
     last_ts: Option<u64>,
     pcm: Vec<i16>,
     packet: Vec<u8>,
+    /// Silent frames encoded in a row, and the settled silent packet.
+    silent_run: u32,
+    silence: Option<Vec<u8>>,
     /// Frames invented by packet-loss concealment.
     pub concealed: u64,
     /// Packets that arrived after a later one (dropped).
@@ -72,6 +83,8 @@ impl Codec {
             // A packet may hold up to 120 ms.
             pcm: vec![0; FRAME_SAMPLES * 6],
             packet: vec![0; MAX_PACKET],
+            silent_run: 0,
+            silence: None,
             concealed: 0,
             late: 0,
             undecodable: 0,
@@ -84,12 +97,25 @@ impl Codec {
     /// # Errors
     /// libopus failed to encode.
     pub fn encode(&mut self, l16: &[u8]) -> Result<Vec<u8>, opus::Error> {
+        let silent = l16.iter().all(|b| *b == 0);
+        if silent && let Some(p) = &self.silence {
+            return Ok(p.clone());
+        }
         let mut samples = [0i16; FRAME_SAMPLES];
         for (s, c) in samples.iter_mut().zip(l16.chunks_exact(2)) {
             *s = i16::from_le_bytes([c[0], c[1]]);
         }
         let n = self.enc.encode(&samples, &mut self.packet)?;
-        Ok(self.packet[..n].to_vec())
+        let packet = self.packet[..n].to_vec();
+        if silent {
+            self.silent_run += 1;
+            if self.silent_run >= SILENCE_WARMUP {
+                self.silence = Some(packet.clone());
+            }
+        } else {
+            (self.silent_run, self.silence) = (0, None);
+        }
+        Ok(packet)
     }
 
     /// Decodes the packet at RTP time `ts` (48 kHz) into 20 ms frames of
@@ -175,5 +201,26 @@ mod tests {
             "garbage is concealed"
         );
         assert_eq!(rx.undecodable, 1);
+    }
+
+    #[test]
+    fn a_quiet_caller_repeats_its_settled_silent_packet_until_it_speaks() {
+        let mut tx = Codec::new().unwrap();
+        tx.encode(&tone(0)).unwrap();
+        let quiet: Vec<Vec<u8>> = (0..SILENCE_WARMUP + 3)
+            .map(|_| tx.encode(&[0; 640]).unwrap())
+            .collect();
+        let settled = &quiet[SILENCE_WARMUP as usize - 1];
+        assert!(
+            quiet[SILENCE_WARMUP as usize..]
+                .iter()
+                .all(|p| p == settled)
+        );
+        let speech = tx.encode(&tone(1)).unwrap();
+        assert_ne!(&speech, settled);
+        assert!(tx.silence.is_none(), "speech ends the repeat");
+        let mut rx = Codec::new().unwrap();
+        assert_eq!(rx.decode(0, settled).len(), 1);
+        assert_eq!(rx.undecodable, 0, "the repeated packet is standard Opus");
     }
 }

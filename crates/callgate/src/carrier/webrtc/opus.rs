@@ -3,6 +3,15 @@
 //! resampler on the WebRTC path. A missing frame is concealed by libopus
 //! (PLC), or recovered from the next packet's in-band FEC when the offer
 //! allowed it and exactly that frame is missing.
+//!
+//! Outbound silence is nearly free: while nothing is queued, the encoder
+//! runs for [`SILENCE_WARMUP`] frames (it settles into its silent state,
+//! its own packets), then its last silent packet is sent again for every
+//! further silent frame instead of encoding 320 zeros 50 times a second —
+//! what dominated a quiet WebRTC call's CPU (libopus's noise-shaping
+//! quantizer on silence). The browser decodes the same silent packet as
+//! before; when audio comes back the encoder carries on from its silent
+//! state, which is where the browser's decoder is too.
 
 use opus::{Application, Channels, Decoder, Encoder};
 
@@ -13,6 +22,8 @@ pub const FRAME_TICKS: u64 = 960;
 /// Most frames concealed for one gap; a longer gap is silence the call's
 /// VAD sees as such, not minutes of invented audio.
 pub const MAX_CONCEALED: u64 = 5;
+/// Silent frames encoded before the last one is repeated instead.
+pub const SILENCE_WARMUP: u32 = 3;
 
 /// What decoding one packet produced, and how.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -30,13 +41,19 @@ pub struct Codec {
     last_ts: Option<u64>,
     pcm: Vec<i16>,
     packet: Vec<u8>,
+    /// Silent frames encoded in a row, up to [`SILENCE_WARMUP`].
+    silent_run: u32,
+    /// The encoder's own silent packet, repeated once it has settled.
+    silence: Option<Vec<u8>>,
 }
 
 impl Codec {
-    pub fn new(fec: bool) -> Result<Codec, opus::Error> {
+    /// `complexity` is libopus's 0–10 (`webrtc.opus_complexity`).
+    pub fn new(fec: bool, complexity: u8) -> Result<Codec, opus::Error> {
         let mut enc = Encoder::new(16_000, Channels::Mono, Application::Voip)?;
         enc.set_inband_fec(true)?;
         enc.set_packet_loss_perc(5)?;
+        enc.set_complexity(i32::from(complexity.min(10)))?;
         Ok(Codec {
             enc,
             dec: Decoder::new(16_000, Channels::Mono)?,
@@ -44,7 +61,28 @@ impl Codec {
             last_ts: None,
             pcm: vec![0; FRAME_SAMPLES * 6],
             packet: vec![0; 1_275],
+            silent_run: 0,
+            silence: None,
         })
+    }
+
+    /// One 20 ms frame of silence (nothing queued): encoded until the
+    /// encoder has settled, then its settled silent packet again.
+    pub fn encode_silence(&mut self) -> Result<Vec<u8>, opus::Error> {
+        if let Some(p) = &self.silence {
+            return Ok(p.clone());
+        }
+        let packet = self.encode_samples(&[0; FRAME_SAMPLES])?;
+        self.silent_run += 1;
+        if self.silent_run >= SILENCE_WARMUP {
+            self.silence = Some(packet.clone());
+        }
+        Ok(packet)
+    }
+
+    /// Whether silent frames are repeated rather than encoded now.
+    pub fn silence_settled(&self) -> bool {
+        self.silence.is_some()
     }
 
     /// Encodes one 20 ms frame of 16 kHz L16 (640 bytes; shorter is padded
@@ -54,7 +92,13 @@ impl Codec {
         for (s, c) in samples.iter_mut().zip(l16.chunks_exact(2)) {
             *s = i16::from_le_bytes([c[0], c[1]]);
         }
-        let n = self.enc.encode(&samples, &mut self.packet)?;
+        self.silent_run = 0;
+        self.silence = None;
+        self.encode_samples(&samples)
+    }
+
+    fn encode_samples(&mut self, samples: &[i16; FRAME_SAMPLES]) -> Result<Vec<u8>, opus::Error> {
+        let n = self.enc.encode(samples, &mut self.packet)?;
         Ok(self.packet[..n].to_vec())
     }
 
@@ -125,8 +169,8 @@ mod tests {
 
     #[test]
     fn a_frame_round_trips_at_16_khz_and_a_gap_is_concealed() {
-        let mut tx = Codec::new(true).unwrap();
-        let mut rx = Codec::new(false).unwrap();
+        let mut tx = Codec::new(true, 5).unwrap();
+        let mut rx = Codec::new(false, 5).unwrap();
         let p0 = tx.encode(&tone(0)).unwrap();
         let p1 = tx.encode(&tone(1)).unwrap();
         let _lost = tx.encode(&tone(2)).unwrap();
@@ -140,8 +184,8 @@ mod tests {
 
     #[test]
     fn with_fec_a_single_lost_frame_comes_from_the_next_packet() {
-        let mut tx = Codec::new(true).unwrap();
-        let mut rx = Codec::new(true).unwrap();
+        let mut tx = Codec::new(true, 5).unwrap();
+        let mut rx = Codec::new(true, 5).unwrap();
         let packets: Vec<_> = (0..6).map(|f| tx.encode(&tone(f)).unwrap()).collect();
         for (f, p) in packets.iter().enumerate().take(4) {
             rx.decode(f as u64 * 960, p);
@@ -152,13 +196,59 @@ mod tests {
 
     #[test]
     fn a_long_gap_conceals_at_most_the_bound_and_garbage_is_concealed() {
-        let mut tx = Codec::new(false).unwrap();
-        let mut rx = Codec::new(false).unwrap();
+        let mut tx = Codec::new(false, 5).unwrap();
+        let mut rx = Codec::new(false, 5).unwrap();
         rx.decode(0, &tx.encode(&tone(0)).unwrap());
         let d = rx.decode(100 * 960, &tx.encode(&tone(1)).unwrap());
         assert_eq!(d.concealed, MAX_CONCEALED);
         assert_eq!(d.frames.len() as u64, MAX_CONCEALED + 1);
         let g = rx.decode(101 * 960, &[0xff; 3]);
         assert_eq!(g.frames.len(), 1, "{g:?}");
+    }
+
+    fn energy(frames: &[Vec<u8>]) -> f64 {
+        let samples = frames.iter().flat_map(|f| f.chunks_exact(2));
+        samples
+            .map(|c| f64::from(i16::from_le_bytes([c[0], c[1]])).powi(2))
+            .sum()
+    }
+
+    #[test]
+    fn silence_is_encoded_until_it_settles_then_repeated_and_speech_resumes_cleanly() {
+        let mut tx = Codec::new(true, 5).unwrap();
+        let mut rx = Codec::new(true, 5).unwrap();
+        let mut ts = 0;
+        let mut feed = |rx: &mut Codec, p: &[u8]| {
+            let d = rx.decode(ts, p);
+            ts += FRAME_TICKS;
+            d.frames
+        };
+        for f in 0..10 {
+            feed(&mut rx, &tx.encode(&tone(f)).unwrap());
+        }
+        let mut silent = Vec::new();
+        for i in 0..SILENCE_WARMUP + 5 {
+            assert_eq!(tx.silence_settled(), i >= SILENCE_WARMUP, "frame {i}");
+            silent.push(tx.encode_silence().unwrap());
+        }
+        let settled = &silent[SILENCE_WARMUP as usize - 1];
+        assert!(
+            silent[SILENCE_WARMUP as usize..]
+                .iter()
+                .all(|p| p == settled)
+        );
+        let heard: Vec<Vec<u8>> = silent.iter().flat_map(|p| feed(&mut rx, p)).collect();
+        let tail = &heard[heard.len() - 5..];
+        assert!(energy(tail) < 1e3, "repeated silence decodes to silence");
+        let back: Vec<Vec<u8>> = (10..20)
+            .flat_map(|f| feed(&mut rx, &tx.encode(&tone(f)).unwrap()))
+            .collect();
+        assert!(!tx.silence_settled(), "audio ends the repeat");
+        let reference = energy(&(10..20).map(tone).collect::<Vec<_>>());
+        let got = energy(&back[2..]) / 8.0 * 10.0;
+        assert!(
+            got > reference * 0.5 && got < reference * 2.0,
+            "the tone comes back at its level: {got} against {reference}"
+        );
     }
 }

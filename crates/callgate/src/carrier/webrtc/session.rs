@@ -3,7 +3,8 @@
 //! shared socket's router, and runs the leg's own 20 ms playout clock.
 //!
 //! Every tick after DTLS is up it encodes one frame — the next 20 ms of
-//! queued audio, or silence — to Opus and writes it, and reports the marks
+//! queued audio, or silence (after a few frames, the encoder's settled
+//! silent packet again: `opus`) — to Opus and writes it, and reports the marks
 //! playout reached as [`LegEvent::Played`]. Inbound Opus is decoded to the
 //! call's 16 kHz L16 (concealing gaps, `opus`), only once the call wants
 //! audio. Deadlines, each ending the session with a typed loss: no ICE
@@ -53,6 +54,8 @@ pub struct Settings {
     pub consent_timeout: Duration,
     /// The offer allowed Opus in-band FEC.
     pub fec: bool,
+    /// libopus encoder complexity (`webrtc.opus_complexity`).
+    pub opus_complexity: u8,
     /// The payload type the offer gave Opus (str0m answers with the offer's).
     pub opus_pt: u8,
     /// Our address on the shared socket (str0m's `Receive::destination`).
@@ -91,7 +94,7 @@ pub fn start(
     let now = Instant::now();
     let task = Task {
         rtc,
-        codec: Codec::new(settings.fec)?,
+        codec: Codec::new(settings.fec, settings.opus_complexity)?,
         settings,
         socket,
         inbox,
@@ -351,8 +354,11 @@ impl Task {
         let Some((mid, pt)) = self.audio else {
             return;
         };
-        let pcm = frame.unwrap_or_else(|| vec![0; FRAME_BYTES]);
-        let Ok(packet) = self.codec.encode(&pcm) else {
+        let encoded = match frame {
+            Some(pcm) => self.codec.encode(&pcm),
+            None => self.codec.encode_silence(),
+        };
+        let Ok(packet) = encoded else {
             return;
         };
         let time = MediaTime::new(self.media_time, str0m::media::Frequency::FORTY_EIGHT_KHZ);

@@ -224,6 +224,7 @@ async fn start_call(
         dtls_timeout: ms(w.cfg.dtls_timeout_ms),
         consent_timeout: ms(w.cfg.consent_timeout_ms),
         fec: facts.fec,
+        opus_complexity: w.cfg.opus_complexity,
         opus_pt: facts.opus_pt,
         local: w.local,
     };

@@ -265,7 +265,7 @@ impl Spread {
 
     /// `median (min–max)`, or just the median when every run agreed at
     /// this precision.
-    fn show(&self, decimals: usize) -> String {
+    pub fn show(&self, decimals: usize) -> String {
         let f = |x: f64| format!("{x:.decimals$}");
         if f(self.min) == f(self.max) {
             f(self.median)
