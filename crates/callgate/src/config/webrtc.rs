@@ -58,6 +58,12 @@ pub struct WebrtcConfig {
     /// elsewhere). Lower costs less CPU per frame of speech, at some
     /// quality; silence costs nothing either way (`carrier::webrtc::opus`).
     pub opus_complexity: u8,
+    /// SO_RCVBUF and SO_SNDBUF asked for the shared media socket, bytes.
+    /// Every session's packets queue in these; the kernel's default
+    /// (~208 KiB) holds ~25 ms of 200 calls' audio, so a reader delayed
+    /// longer drops packets (`RcvbufErrors` in `/proc/net/snmp`). Capped by
+    /// `net.core.rmem_max` / `wmem_max` (callgate warns when it is).
+    pub socket_buffer_bytes: usize,
 }
 
 impl Default for WebrtcConfig {
@@ -78,6 +84,7 @@ impl Default for WebrtcConfig {
             reorder_packets: 3,
             reorder_ms: 60,
             opus_complexity: 5,
+            socket_buffer_bytes: 4 * 1024 * 1024,
         }
     }
 }
@@ -114,6 +121,9 @@ impl WebrtcConfig {
         }
         if self.opus_complexity > 10 {
             return Err("webrtc.opus_complexity must be 0..=10".into());
+        }
+        if !(64 * 1024..=256 * 1024 * 1024).contains(&self.socket_buffer_bytes) {
+            return Err("webrtc.socket_buffer_bytes must be 65536..=268435456".into());
         }
         if self.max_sessions == 0 || self.reorder_packets > 50 || self.reorder_ms > 1_000 {
             return Err("webrtc.max_sessions ≥ 1, reorder_packets ≤ 50, reorder_ms ≤ 1000".into());
@@ -157,8 +167,9 @@ mod tests {
         };
         assert!(unspecified.validate().unwrap_err().contains("advertise_ip"));
         type Break = fn(&mut WebrtcConfig);
-        let cases: [(Break, &str); 6] = [
+        let cases: [(Break, &str); 7] = [
             (|c| c.opus_complexity = 11, "opus_complexity"),
+            (|c| c.socket_buffer_bytes = 1_000, "socket_buffer_bytes"),
             (|c| c.consent_timeout_ms = 100, "consent_timeout_ms"),
             (|c| c.max_sessions = 0, "max_sessions"),
             (|c| c.reorder_ms = 5_000, "reorder_ms"),

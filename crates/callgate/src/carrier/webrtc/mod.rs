@@ -17,6 +17,14 @@
 //! server is ICE-lite (it answers checks, never sends them) and shares one
 //! DTLS certificate, generated at start, across sessions. Never here: a
 //! socket per session, a TURN client, video.
+//!
+//! The shared socket is read on a thread of its own (`webrtc-router`, a
+//! current-thread runtime with its own reactor), not as one more task on
+//! the call runtime: at 200 calls it carries 10,000 datagrams a second,
+//! and a reader queued behind hundreds of session tasks on two busy
+//! workers let the kernel buffer overflow (packets dropped, frames
+//! concealed) while calls were being set up. Sessions send on the same
+//! socket from their own tasks.
 
 pub mod evidence;
 pub mod leg;
@@ -50,20 +58,16 @@ pub struct WebrtcShared {
     pub routes: Arc<Routes>,
     pub cert: str0m::config::DtlsCert,
     pub registry: Arc<registry::Registry>,
-    /// The router task; stopped when the last holder lets go.
-    router: tokio::task::AbortHandle,
-}
-
-impl Drop for WebrtcShared {
-    fn drop(&mut self) {
-        self.router.abort();
-    }
+    /// Stops the router thread when the last holder lets go.
+    _router: tokio_util::sync::DropGuard,
 }
 
 impl WebrtcShared {
     /// Binds the socket, makes the certificate and starts the router task.
     pub async fn start(cfg: WebrtcConfig) -> anyhow::Result<Arc<WebrtcShared>> {
-        let socket = Arc::new(UdpSocket::bind(cfg.listen).await?);
+        let bound = bind(cfg.listen, cfg.socket_buffer_bytes)?;
+        let reader = bound.try_clone()?;
+        let socket = Arc::new(UdpSocket::from_std(bound)?);
         let local = socket.local_addr()?;
         let advertised = SocketAddr::new(cfg.advertised(), local.port());
         let cert = str0m::crypto::from_feature_flags()
@@ -71,7 +75,7 @@ impl WebrtcShared {
             .generate_certificate()
             .ok_or_else(|| anyhow::anyhow!("no DTLS certificate could be generated"))?;
         let routes = Arc::new(Routes::default());
-        let router = tokio::spawn(route_datagrams(Arc::clone(&socket), Arc::clone(&routes)));
+        let router = spawn_router(reader, Arc::clone(&routes))?;
         let shared = Arc::new(WebrtcShared {
             cfg,
             socket,
@@ -80,16 +84,76 @@ impl WebrtcShared {
             routes,
             cert,
             registry: Arc::default(),
-            router: router.abort_handle(),
+            _router: router,
         });
         info!(%local, %advertised, "WebRTC media socket listening");
         Ok(shared)
     }
 }
 
+/// Binds the shared media socket with `buffer` bytes of kernel buffer each
+/// way, warning when the kernel grants less (its `rmem_max`/`wmem_max`).
+fn bind(listen: SocketAddr, buffer: usize) -> std::io::Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(
+        Domain::for_address(listen),
+        Type::DGRAM,
+        Some(Protocol::UDP),
+    )?;
+    // Best effort: a kernel that refuses a size keeps its default.
+    let _ = s.set_recv_buffer_size(buffer);
+    let _ = s.set_send_buffer_size(buffer);
+    s.set_nonblocking(true)?;
+    s.bind(&listen.into())?;
+    // Linux reports twice what it grants (the doubling covers bookkeeping).
+    let granted = |got: std::io::Result<usize>| got.map(|b| b / 2).unwrap_or(0);
+    let (rcv, snd) = (granted(s.recv_buffer_size()), granted(s.send_buffer_size()));
+    if rcv < buffer || snd < buffer {
+        warn!(
+            asked = buffer,
+            receive = rcv,
+            send = snd,
+            "the WebRTC socket got smaller kernel buffers than webrtc.socket_buffer_bytes: \
+             raise net.core.rmem_max / wmem_max, or packets drop under load"
+        );
+    }
+    Ok(s.into())
+}
+
+/// Starts the router on its own thread and runtime, reading `socket` (a
+/// clone of the shared one); it stops when the guard is dropped.
+fn spawn_router(
+    socket: std::net::UdpSocket,
+    routes: Arc<Routes>,
+) -> std::io::Result<tokio_util::sync::DropGuard> {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let stopped = stop.clone();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()?;
+    std::thread::Builder::new()
+        .name("webrtc-router".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let socket = match UdpSocket::from_std(socket) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::error!(error = %e, "the WebRTC router could not register its socket");
+                        return;
+                    }
+                };
+                tokio::select! {
+                    () = route_datagrams(socket, routes) => {}
+                    () = stopped.cancelled() => {}
+                }
+            });
+        })?;
+    Ok(stop.drop_guard())
+}
+
 /// The one reader of the shared socket: every datagram to its session's
 /// inbox, or dropped and counted.
-async fn route_datagrams(socket: Arc<UdpSocket>, routes: Arc<Routes>) {
+async fn route_datagrams(socket: UdpSocket, routes: Arc<Routes>) {
     let mut buf = vec![0u8; 2_048];
     loop {
         let (n, from) = match socket.recv_from(&mut buf).await {
