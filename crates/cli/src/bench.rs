@@ -369,6 +369,32 @@ fn write_report(rig: &Rig, args: &IncidentArgs, runs: &[RunResult]) -> anyhow::R
 }
 
 /// Writes `value` as JSON to `path` (a bench's per-call records).
+/// The closing table of a bench with repeated runs: the header and every
+/// row again, `note`, the summary lines, and where the records are; the
+/// exit code says whether every run was a valid measurement.
+pub(crate) fn print_closing(
+    table: (String, Vec<String>),
+    note: &str,
+    summary: Vec<String>,
+    (json, all_valid): (&std::path::Path, bool),
+) -> anyhow::Result<ExitCode> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "\n{}", table.0)?;
+    for r in &table.1 {
+        writeln!(out, "{r}")?;
+    }
+    writeln!(out, "\n{note}")?;
+    for line in summary {
+        writeln!(out, "{line}")?;
+    }
+    writeln!(out, "per-run records: {}", json.display())?;
+    Ok(if all_valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 pub(crate) fn write_json(
     path: &std::path::Path,
     value: &impl serde::Serialize,

@@ -220,6 +220,7 @@ async fn at_capacity_two_a_third_browser_is_refused_with_503_and_recorded() {
     let h = harness(|c| {
         c.admission.max_concurrent_calls = MaxCalls::Pinned(2);
         c.admission.queue_max = 0;
+        c.webrtc.retry_after_s = 17;
     })
     .await;
     let browser = Browser::launch(None).await;
@@ -236,14 +237,34 @@ async fn at_capacity_two_a_third_browser_is_refused_with_503_and_recorded() {
         reason, "queue_full",
         "the gate's reason, from the 503's JSON"
     );
+    assert_eq!(third.eval("callgate.retryAfter").await.unwrap(), 17);
+    // The refusal as HTTP sees it, from the same browser: the status, the
+    // header itself (exposed to scripts by CORS) and the JSON reason.
+    let raw = third.eval(REFUSED_POST).await.unwrap();
+    assert_eq!(raw, serde_json::json!([503, "17", "queue_full"]), "{raw}");
     let reasons = h.rejection_reasons().await;
-    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert_eq!(
+        reasons.len(),
+        2,
+        "the page's and the raw POST's: {reasons:?}"
+    );
     for tab in &tabs {
         tab.eval("callgate.hangup()").await.unwrap();
     }
     h.assert_all_closed().await;
     h.assert_webrtc_clear().await;
 }
+
+/// A browser offer POSTed by hand: `[status, Retry-After, reason]`.
+const REFUSED_POST: &str = "(async () => {
+  const pc = new RTCPeerConnection();
+  pc.addTransceiver('audio');
+  const offer = await pc.createOffer();
+  const r = await fetch('/v1/webrtc', {
+    method: 'POST', headers: { 'content-type': 'application/sdp' }, body: offer.sdp });
+  pc.close();
+  return [r.status, r.headers.get('Retry-After'), (await r.json()).reason];
+})()";
 
 /// The page's session id (the ledger's carrier call id).
 async fn session_of(tab: &Tab) -> String {

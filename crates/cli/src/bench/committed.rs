@@ -48,7 +48,6 @@
 
 mod row;
 
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime};
@@ -242,24 +241,15 @@ pub async fn run(args: CommittedArgs) -> anyhow::Result<ExitCode> {
     rig.stop().await;
     eprintln!("child logs: {}", logs.display());
     outcome?;
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "\n{}", row::table_header())?;
-    for r in &rows {
-        writeln!(out, "{}", row::format_row(r))?;
-    }
-    writeln!(
-        out,
-        "\nmedian (min–max) over the valid runs, per committed call"
-    )?;
-    for line in row::format_summary(&rows) {
-        writeln!(out, "{line}")?;
-    }
-    writeln!(out, "per-run records: {}", args.json.display())?;
-    Ok(if rows.iter().all(CommittedRow::is_valid) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    crate::bench::print_closing(
+        (
+            row::table_header(),
+            rows.iter().map(row::format_row).collect(),
+        ),
+        "median (min–max) over the valid runs, per committed call",
+        row::format_summary(&rows),
+        (&args.json, rows.iter().all(CommittedRow::is_valid)),
+    )
 }
 
 async fn run_all(
@@ -267,13 +257,7 @@ async fn run_all(
     args: &CommittedArgs,
     rows: &mut Vec<CommittedRow>,
 ) -> anyhow::Result<()> {
-    if rig.capacity <= args.calls.iter().copied().max().unwrap_or(0) as u64 {
-        bail!(
-            "the server derived capacity {} (decided by {}): not above the largest run",
-            rig.capacity,
-            rig.decided_by
-        );
-    }
+    rig.ensure_capacity_above(args.calls.iter().copied().max().unwrap_or(0))?;
     rig.lower_generator_priority(args.generator_nice)
         .context("lowering the generator's priority (--generator-nice 0 skips it)")?;
     println!("{}", std::env::args().collect::<Vec<_>>().join(" "));

@@ -305,6 +305,22 @@ impl Rig {
         Ok(())
     }
 
+    /// Refuses a bench whose largest run would not fit under the capacity
+    /// the server derived (calls would queue or be refused).
+    ///
+    /// # Errors
+    /// The capacity is not above `largest`.
+    pub fn ensure_capacity_above(&self, largest: usize) -> anyhow::Result<()> {
+        if self.capacity <= largest as u64 {
+            bail!(
+                "the server derived capacity {} (decided by {}): not above the largest run",
+                self.capacity,
+                self.decided_by
+            );
+        }
+        Ok(())
+    }
+
     /// Where the children's logs and generated configuration are.
     pub fn log_dir(&self) -> &Path {
         self.procs.dir()

@@ -81,7 +81,7 @@ pub(super) mod ledger;
 pub(super) mod row;
 mod sipp;
 
-use std::io::{IsTerminal, Write as _};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -323,24 +323,15 @@ pub async fn run(args: SipArgs) -> anyhow::Result<ExitCode> {
     eprintln!("child logs and sipp's files: {}", logs.display());
     outcome?;
     let rows: Vec<SipRow> = results.iter().map(|r| r.row.clone()).collect();
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "\n{}", row::table_header())?;
-    for r in &rows {
-        writeln!(out, "{}", row::format_row(r))?;
-    }
-    writeln!(
-        out,
-        "\nmedian (min–max) over the valid runs; per-call figures are over N offered calls"
-    )?;
-    for line in row::format_summary(&rows) {
-        writeln!(out, "{line}")?;
-    }
-    writeln!(out, "per-run records: {}", args.json.display())?;
-    Ok(if rows.iter().all(SipRow::is_valid) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    crate::bench::print_closing(
+        (
+            row::table_header(),
+            rows.iter().map(row::format_row).collect(),
+        ),
+        "median (min–max) over the valid runs; per-call figures are over N offered calls",
+        row::format_summary(&rows),
+        (&args.json, rows.iter().all(SipRow::is_valid)),
+    )
 }
 
 /// Runs every run in order, printing each row as it completes and
@@ -351,13 +342,7 @@ async fn run_all(
     args: &SipArgs,
     results: &mut Vec<RunResult>,
 ) -> anyhow::Result<()> {
-    if rig.capacity <= args.calls.iter().copied().max().unwrap_or(0) as u64 {
-        bail!(
-            "the server derived capacity {} (decided by {}): not above the largest run",
-            rig.capacity,
-            rig.decided_by
-        );
-    }
+    rig.ensure_capacity_above(args.calls.iter().copied().max().unwrap_or(0))?;
     rig.lower_generator_priority(args.generator_nice)
         .context("lowering the generators' priority (--generator-nice 0 skips it)")?;
     println!("{}", std::env::args().collect::<Vec<_>>().join(" "));
