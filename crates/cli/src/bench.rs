@@ -273,23 +273,17 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 
 async fn incident(args: IncidentArgs) -> anyhow::Result<ExitCode> {
     args.validate()?;
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
-    let mut rig = tokio::select! {
-        rig = Rig::start(&args.caps) => rig?,
-        _ = &mut ctrl_c => bail!("interrupted while starting"),
-    };
-    rig.generator_nice = priority::lower_own(args.generator_nice)
-        .context("lowering the generator's priority (--generator-nice 0 skips it)")?;
     let mut results = Vec::new();
-    let outcome = tokio::select! {
-        r = run_all(&mut rig, &args, &mut results) => r,
-        _ = &mut ctrl_c => Err(anyhow::anyhow!("interrupted")),
-    };
-    let logs = rig.log_dir().to_path_buf();
-    rig.stop().await;
-    eprintln!("child logs: {}", logs.display());
-    outcome?;
+    rig::with_rig(
+        Rig::start(&args.caps),
+        "child logs",
+        async |rig: &mut Rig| {
+            rig.generator_nice = priority::lower_own(args.generator_nice)
+                .context("lowering the generator's priority (--generator-nice 0 skips it)")?;
+            run_all(rig, &args, &mut results).await
+        },
+    )
+    .await?;
     let rows: Vec<RunRow> = results.iter().map(|r| r.row.clone()).collect();
     let mut out = std::io::stdout().lock();
     writeln!(out, "\n{}", row::table_header())?;

@@ -10,7 +10,9 @@
 //!
 //! What it never does: end a call on its own (a holding call ends on
 //! [`HeldRun::hang_up`], on the server's word, or at its `call_timeout`),
-//! or wait without a bound (every cue is sent with a deadline).
+//! or wait on a caller: a cue that finds its caller's queue full is
+//! dropped (only a stuck caller has a full queue; its `call_timeout` ends
+//! it).
 //!
 //! How to drive it:
 //!
@@ -24,13 +26,12 @@
 //!     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 //! }
 //! // … measure the server …
-//! run.hang_up().await;
+//! run.hang_up();
 //! let report = run.finish().await;
 //! # Ok(()) }
 //! ```
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -38,10 +39,6 @@ use tokio::time::Instant;
 use crate::driver::{CUE_QUEUE, Dial, place_cued_call};
 use crate::progress::{Progress, ProgressCounts};
 use crate::{AccountSid, Auth, Cue, LoadConfig, LoadError, LoadReport, connect};
-
-/// Longest wait to hand one caller its hang-up cue: a caller that cannot
-/// take a cue that long is stuck, and ends at its `call_timeout` instead.
-pub const CUE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A run whose calls hold the line once their script is done.
 #[derive(Debug)]
@@ -95,10 +92,11 @@ impl HeldRun {
         self.progress.counts()
     }
 
-    /// Tells every caller to hang up (a caller already gone is skipped).
-    pub async fn hang_up(&self) {
+    /// Tells every caller to hang up (a caller already gone, or stuck
+    /// with a full cue queue, is skipped).
+    pub fn hang_up(&self) {
         for tx in &self.cues {
-            let _ = tx.send_timeout(Cue::HangUp, CUE_TIMEOUT).await;
+            let _ = tx.try_send(Cue::HangUp);
         }
     }
 

@@ -57,6 +57,7 @@ use callgate_load::held::HeldRun;
 use callgate_load::{Arrival, LoadConfig, LoadReport, Protocol};
 use serde::Serialize;
 
+use crate::bench::rig::{generator_lag, with_rig};
 use crate::bench::sip::{ledger, row::Ingress};
 use crate::bench::{Caps, Rig, procfs};
 use row::{CommittedRow, Held, Window};
@@ -219,8 +220,6 @@ struct Report<'a> {
 /// not an error but the exit code.
 pub async fn run(args: CommittedArgs) -> anyhow::Result<ExitCode> {
     args.validate()?;
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
     let start = async {
         if args.ingress.contains(&HeldIngress::Webrtc) {
             Rig::start_with_webrtc(&args.caps).await
@@ -228,19 +227,11 @@ pub async fn run(args: CommittedArgs) -> anyhow::Result<ExitCode> {
             Rig::start(&args.caps).await
         }
     };
-    let mut rig = tokio::select! {
-        rig = start => rig?,
-        _ = &mut ctrl_c => bail!("interrupted while starting"),
-    };
     let mut rows = Vec::new();
-    let outcome = tokio::select! {
-        r = run_all(&mut rig, &args, &mut rows) => r,
-        _ = &mut ctrl_c => Err(anyhow::anyhow!("interrupted")),
-    };
-    let logs = rig.log_dir().to_path_buf();
-    rig.stop().await;
-    eprintln!("child logs: {}", logs.display());
-    outcome?;
+    with_rig(start, "child logs", async |rig: &mut Rig| {
+        run_all(rig, &args, &mut rows).await
+    })
+    .await?;
     crate::bench::print_closing(
         (
             row::table_header(),
@@ -322,7 +313,7 @@ async fn measure(
     } else {
         None
     };
-    held.hang_up().await;
+    held.hang_up();
     let load = held.finish().await;
     rig.wait_idle(args.settle_timeout).await?;
     let to = SystemTime::now();
@@ -390,7 +381,6 @@ async fn measure_window(rig: &Rig, held: &HeldRun, window: Duration) -> anyhow::
 /// generator that kept up.
 fn held_view(load: &LoadReport, max_lag_ms: u64) -> Held {
     let s = &load.summary;
-    let kept_up = s.media_frames_skipped == 0 && s.max_send_lag_ms <= max_lag_ms;
     Held {
         records: load.calls.len(),
         served: s.completed + s.ended_by_bot,
@@ -398,12 +388,7 @@ fn held_view(load: &LoadReport, max_lag_ms: u64) -> Held {
         silent: s.silent,
         failed: s.failed,
         replies_heard: load.calls.iter().map(|c| c.replies_heard).sum(),
-        lagged: (!kept_up).then(|| {
-            format!(
-                "media clock {} ms late, {} frames skipped",
-                s.max_send_lag_ms, s.media_frames_skipped
-            )
-        }),
+        lagged: generator_lag(s, max_lag_ms),
     }
 }
 

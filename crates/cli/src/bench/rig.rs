@@ -197,6 +197,46 @@ pub struct Rig {
     webrtc: Option<SocketAddr>,
 }
 
+/// Runs a bench on the rig `start` brings up: `body` with the rig, then
+/// the rig stopped (children drained and killed) whatever `body` did, and
+/// where the children's logs are printed under `logs`. Ctrl-C during
+/// either stops the bench the same way.
+///
+/// # Errors
+/// The rig could not be started, `body` failed, or Ctrl-C.
+pub async fn with_rig(
+    start: impl Future<Output = anyhow::Result<Rig>>,
+    logs: &str,
+    body: impl AsyncFnOnce(&mut Rig) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut rig = tokio::select! {
+        rig = start => rig?,
+        _ = &mut ctrl_c => bail!("interrupted while starting"),
+    };
+    let outcome = tokio::select! {
+        r = body(&mut rig) => r,
+        _ = &mut ctrl_c => Err(anyhow::anyhow!("interrupted")),
+    };
+    let dir = rig.log_dir().to_path_buf();
+    rig.stop().await;
+    eprintln!("{logs}: {}", dir.display());
+    outcome
+}
+
+/// Why the load tool's callers did not keep up — their media clock lagged
+/// past `max_lag_ms` or skipped frames — or `None` when they did (the
+/// rule every bench applies to its generator).
+pub fn generator_lag(s: &callgate_load::Summary, max_lag_ms: u64) -> Option<String> {
+    (s.media_frames_skipped > 0 || s.max_send_lag_ms > max_lag_ms).then(|| {
+        format!(
+            "media clock {} ms late, {} frames skipped",
+            s.max_send_lag_ms, s.media_frames_skipped
+        )
+    })
+}
+
 impl Rig {
     /// Starts Postgres (unless `CALLGATE_DATABASE_URL` is set), the
     /// simulators and the server, and waits until they are ready. A failure

@@ -90,6 +90,7 @@ use anyhow::{Context, bail};
 use callgate_load::{Arrival, LoadConfig, LoadReport, Protocol};
 use serde::Serialize;
 
+use crate::bench::rig::{generator_lag, with_rig};
 use crate::bench::{Caps, Rig};
 use row::{GeneratorView, Ingress, SipRow, Usage};
 use sipp::{SippOutcome, SippPlan};
@@ -298,8 +299,6 @@ struct Report<'a> {
 /// not an error but the exit code.
 pub async fn run(args: SipArgs) -> anyhow::Result<ExitCode> {
     args.validate()?;
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
     let start = async {
         match args.compare {
             Compare::Sip => {
@@ -309,19 +308,13 @@ pub async fn run(args: SipArgs) -> anyhow::Result<ExitCode> {
             Compare::Webrtc => Rig::start_with_webrtc(&args.caps).await,
         }
     };
-    let mut rig = tokio::select! {
-        rig = start => rig?,
-        _ = &mut ctrl_c => bail!("interrupted while starting"),
-    };
     let mut results = Vec::new();
-    let outcome = tokio::select! {
-        r = run_all(&mut rig, &args, &mut results) => r,
-        _ = &mut ctrl_c => Err(anyhow::anyhow!("interrupted")),
-    };
-    let logs = rig.log_dir().to_path_buf();
-    rig.stop().await;
-    eprintln!("child logs and sipp's files: {}", logs.display());
-    outcome?;
+    with_rig(
+        start,
+        "child logs and sipp's files",
+        async |rig: &mut Rig| run_all(rig, &args, &mut results).await,
+    )
+    .await?;
     let rows: Vec<SipRow> = results.iter().map(|r| r.row.clone()).collect();
     crate::bench::print_closing(
         (
@@ -457,23 +450,14 @@ async fn measure_load(
 /// that fell behind or a socket buffer that overflowed).
 fn load_view(load: &LoadReport, server: &ledger::Tally, max_lag_ms: u64) -> GeneratorView {
     let s = &load.summary;
-    let kept_up = s.media_frames_skipped == 0 && s.max_send_lag_ms <= max_lag_ms;
     let concealed = server.rtp.concealed;
     GeneratorView {
         served: s.completed + s.ended_by_bot,
         refused: s.rejected,
-        lagged: if !kept_up {
-            Some(format!(
-                "media clock {} ms late, {} frames skipped",
-                s.max_send_lag_ms, s.media_frames_skipped
-            ))
-        } else if concealed > 0 {
-            Some(format!(
-                "the server concealed {concealed} frames of the callers' Opus"
-            ))
-        } else {
-            None
-        },
+        lagged: generator_lag(s, max_lag_ms).or_else(|| {
+            (concealed > 0)
+                .then(|| format!("the server concealed {concealed} frames of the callers' Opus"))
+        }),
         faults: (s.failed > 0 || s.silent > 0)
             .then(|| format!("{} calls failed, {} silent", s.failed, s.silent)),
     }

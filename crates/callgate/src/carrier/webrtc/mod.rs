@@ -131,17 +131,16 @@ fn spawn_router(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()?;
+    // Registered with the router's own reactor here, so a failure is the
+    // caller's error rather than a router that never reads.
+    let socket = {
+        let _in_router_runtime = rt.enter();
+        UdpSocket::from_std(socket)?
+    };
     std::thread::Builder::new()
         .name("webrtc-router".into())
         .spawn(move || {
             rt.block_on(async move {
-                let socket = match UdpSocket::from_std(socket) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::error!(error = %e, "the WebRTC router could not register its socket");
-                        return;
-                    }
-                };
                 tokio::select! {
                     () = route_datagrams(socket, routes) => {}
                     () = stopped.cancelled() => {}

@@ -132,7 +132,7 @@ impl InteractionRow {
             resources,
             max_send_lag_ms: s.max_send_lag_ms,
             media_frames_skipped: s.media_frames_skipped,
-            generator_kept_up: s.media_frames_skipped == 0 && s.max_send_lag_ms <= setup.max_lag_ms,
+            generator_kept_up: crate::bench::rig::generator_lag(s, setup.max_lag_ms).is_none(),
         }
     }
 
