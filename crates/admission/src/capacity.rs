@@ -78,6 +78,9 @@ pub enum Decider {
     Dialog,
     /// The operator pinned it.
     Pinned,
+    /// The instance itself: its lag against the media clock lowered the
+    /// capacity below the configured one (see [`crate::InstanceCeiling`]).
+    Instance,
     /// No ceiling was configured: the gate never refuses for capacity. Almost always
     /// a misconfiguration; the server should warn.
     Unlimited,
@@ -93,6 +96,7 @@ impl Decider {
             Self::Tts => "tts",
             Self::Dialog => "dialog",
             Self::Pinned => "pinned",
+            Self::Instance => "instance",
             Self::Unlimited => "unlimited",
         }
     }

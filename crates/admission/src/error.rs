@@ -73,6 +73,10 @@ pub enum RejectReason {
     /// admitted or queued. Refused at once, even while the gate has room for
     /// other callers.
     PartnerQuota,
+    /// The instance itself is short: its lag against the 20 ms media clock
+    /// is above the bound, or it holds as many calls as it held while its
+    /// lag was healthy. Refused at once, never queued.
+    InstanceOverloaded,
     /// A [`crate::Ticket`] was polled again after it had completed, or lost its
     /// record: a bug in the code driving the gate, never a capacity decision.
     /// Not counted in the rejection totals.
@@ -90,6 +94,7 @@ impl RejectReason {
             Self::Draining => "draining",
             Self::DependencyDown(_) => "dependency_down",
             Self::PartnerQuota => "partner_quota",
+            Self::InstanceOverloaded => "instance_overloaded",
             Self::Internal => "internal",
         }
     }
@@ -105,7 +110,8 @@ impl RejectReason {
             | Self::QueueFull
             | Self::QueueTimeout
             | Self::DependencyDown(_)
-            | Self::PartnerQuota => true,
+            | Self::PartnerQuota
+            | Self::InstanceOverloaded => true,
             Self::Draining | Self::Internal => false,
         }
     }
@@ -131,6 +137,9 @@ impl fmt::Display for RejectReason {
             Self::Draining => f.write_str("instance is draining"),
             Self::DependencyDown(dep) => write!(f, "dependency {dep} is down"),
             Self::PartnerQuota => f.write_str("partner at its concurrent-call quota"),
+            Self::InstanceOverloaded => {
+                f.write_str("instance overloaded (its media clock runs late)")
+            }
             Self::Internal => f.write_str("internal admission error (ticket reused)"),
         }
     }

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::capacity::{Capacity, CapacitySetting, Ceilings};
 use crate::error::{Dependency, Rejection};
+use crate::instance::{InstanceConfig, InstanceView};
+use crate::lag::LagHistogram;
 use crate::partner::PartnerId;
 use crate::permit::Permit;
 use crate::snapshot::GateSnapshot;
@@ -30,6 +32,29 @@ pub struct GateConfig {
     /// `PartnerQuota`, even while the gate has room for others. A partner with
     /// no entry is unlimited (only the capacity applies). Empty for no quotas.
     pub partner_quotas: BTreeMap<PartnerId, u32>,
+    /// The instance ceiling: lateness bound and window
+    /// ([`InstanceConfig::OFF`] for none).
+    pub instance: InstanceConfig,
+    /// Most calls whose setup (media, ledger row, provider sockets) may be
+    /// in progress at once; past it, new calls wait in the FIFO queue with
+    /// its timeout. `None`: unbounded.
+    pub max_setups: Option<u32>,
+}
+
+impl Default for GateConfig {
+    /// Auto capacity with no ceilings and no headroom, no queue, no
+    /// quotas, no instance ceiling, no setup bound.
+    fn default() -> Self {
+        Self {
+            capacity: CapacitySetting::default(),
+            ceilings: Ceilings::default(),
+            queue_max: 0,
+            queue_timeout: Duration::ZERO,
+            partner_quotas: BTreeMap::new(),
+            instance: InstanceConfig::OFF,
+            max_setups: None,
+        }
+    }
 }
 
 /// State shared by the gate handles, permits and tickets.
@@ -212,6 +237,14 @@ impl Gate {
         self.shared.with(|s, _| s.end_drain(now))
     }
 
+    /// Lateness samples against the 20 ms media clock, gathered since the
+    /// last call (the server calls this a few times a second). Steps the
+    /// instance ceiling: a trip refuses every queued waiter with
+    /// `InstanceOverloaded` and every admission until the lag recovers.
+    pub fn observe_lag(&self, lag: &LagHistogram, now: Instant) -> InstanceView {
+        self.shared.with(|s, wake| s.observe_lag(lag, now, wake))
+    }
+
     /// Records a dependency's health, from the server's health checks. While any
     /// dependency is down, admissions are rejected with `DependencyDown(dep)` (the
     /// first down in db, stt, tts, dialog order), and marking one down fails every
@@ -232,7 +265,7 @@ mod tests {
             ceilings: Ceilings::default(),
             queue_max: 4,
             queue_timeout: Duration::from_secs(2),
-            partner_quotas: BTreeMap::new(),
+            ..GateConfig::default()
         }
     }
 

@@ -20,7 +20,6 @@
 //! How to drive it:
 //!
 //! ```
-//! use std::collections::BTreeMap;
 //! use std::time::{Duration, Instant};
 //! use admission::{CapacitySetting, Ceilings, Decider, Gate, GateConfig, RejectReason};
 //!
@@ -30,7 +29,7 @@
 //!     ceilings: Ceilings { db_calls: Some(30), stt_sessions: Some(2), ..Ceilings::default() },
 //!     queue_max: 1,
 //!     queue_timeout: Duration::from_secs(4),
-//!     partner_quotas: BTreeMap::new(),
+//!     ..GateConfig::default()
 //! };
 //! let gate = Gate::new(cfg, now);
 //! assert_eq!(gate.capacity().decided_by, Decider::Stt); // "capacity 1 decided by stt"
@@ -61,6 +60,7 @@
 //!     queue_max: 4,
 //!     queue_timeout: Duration::from_secs(4),
 //!     partner_quotas: BTreeMap::from([(a.clone(), 1)]),
+//!     ..GateConfig::default()
 //! };
 //! let now = Instant::now();
 //! let gate = Gate::new(cfg, now);
@@ -100,6 +100,8 @@
 mod capacity;
 mod error;
 mod gate;
+mod instance;
+mod lag;
 mod partner;
 mod permit;
 mod pressure;
@@ -111,6 +113,8 @@ mod ticket;
 pub use capacity::{Capacity, CapacitySetting, Ceilings, Decider};
 pub use error::{Dependency, ErrorSource, RejectReason, Rejection};
 pub use gate::{Gate, GateConfig};
+pub use instance::{InstanceCeiling, InstanceConfig, InstanceState, InstanceView, MIN_SAMPLES};
+pub use lag::{LAG_BUCKETS, LagHistogram};
 pub use partner::{PartnerId, PartnerLoad};
 pub use permit::{Permit, PermitId};
 pub use pressure::{PressureWeights, pressure, utilization};

@@ -89,6 +89,21 @@ impl Permit {
         self.slot.tally.clone()
     }
 
+    /// The call's setup is over (it runs, or it failed and goes to the
+    /// overflow path): its slot stops counting against the gate's
+    /// setups-in-flight bound, so the next queued call may start its own.
+    /// Idempotent; a permit released while still in setup is taken off the
+    /// bound by the release.
+    pub fn setup_done(&mut self, now: Instant) {
+        if !self.slot.in_setup {
+            return;
+        }
+        self.slot.in_setup = false;
+        if let Some(gate) = &self.gate {
+            gate.with(|s, wake| s.setup_done(now, wake));
+        }
+    }
+
     /// Frees the slot now, telling the gate the time so the next waiter's grant is
     /// stamped exactly. Dropping the permit does the same with the gate's last
     /// known time.

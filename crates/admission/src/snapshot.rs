@@ -1,7 +1,8 @@
 //! Point-in-time view of the gate for metrics, health answers and tests.
 
-use crate::capacity::Decider;
+use crate::capacity::{Capacity, Decider};
 use crate::error::{Dependency, RejectReason};
+use crate::instance::InstanceView;
 use crate::partner::PartnerLoad;
 
 /// Rejections counted per reason since the gate was created.
@@ -21,6 +22,8 @@ pub struct RejectCounts {
     /// [`RejectReason::PartnerQuota`], all partners together (per-partner load
     /// is in [`GateSnapshot::partners`]).
     pub partner_quota: u64,
+    /// [`RejectReason::InstanceOverloaded`].
+    pub instance_overloaded: u64,
 }
 
 impl RejectCounts {
@@ -34,6 +37,7 @@ impl RejectCounts {
             RejectReason::Draining => &mut self.draining,
             RejectReason::DependencyDown(_) => &mut self.dependency_down,
             RejectReason::PartnerQuota => &mut self.partner_quota,
+            RejectReason::InstanceOverloaded => &mut self.instance_overloaded,
             RejectReason::Internal => return,
         };
         *slot = slot.saturating_add(1);
@@ -49,6 +53,7 @@ impl RejectCounts {
             RejectReason::Draining => self.draining,
             RejectReason::DependencyDown(_) => self.dependency_down,
             RejectReason::PartnerQuota => self.partner_quota,
+            RejectReason::InstanceOverloaded => self.instance_overloaded,
             RejectReason::Internal => 0,
         }
     }
@@ -56,7 +61,7 @@ impl RejectCounts {
     /// `(label, count)` pairs, labels as in [`RejectReason::as_str`], for a
     /// `*_rejected_total{reason=..}` counter family.
     #[must_use]
-    pub fn by_label(&self) -> [(&'static str, u64); 6] {
+    pub fn by_label(&self) -> [(&'static str, u64); 7] {
         [
             ("at_capacity", self.at_capacity),
             ("queue_full", self.queue_full),
@@ -64,6 +69,7 @@ impl RejectCounts {
             ("draining", self.draining),
             ("dependency_down", self.dependency_down),
             ("partner_quota", self.partner_quota),
+            ("instance_overloaded", self.instance_overloaded),
         ]
     }
 
@@ -80,10 +86,20 @@ impl RejectCounts {
 /// ticket never claimed counts as admitted and then released).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GateSnapshot {
-    /// Current capacity in calls (`u32::MAX` when unlimited).
+    /// Effective capacity in calls (`u32::MAX` when unlimited): the
+    /// configured one, or the instance ceiling when that is lower.
     pub capacity: u32,
-    /// Which limit decided it.
+    /// Which limit decided it ([`Decider::Instance`] when the instance
+    /// ceiling binds).
     pub decided_by: Decider,
+    /// What the four ceilings (or the operator's pin) allow.
+    pub configured: Capacity,
+    /// The instance ceiling's state, ceiling and measured p99 lateness.
+    pub instance: InstanceView,
+    /// Slots whose setup is still in progress.
+    pub setting_up: u32,
+    /// The setups-in-flight bound (`None`: unbounded).
+    pub max_setups: Option<u32>,
     /// Slots held: live permits plus grants not yet claimed by their ticket.
     pub active: u32,
     /// Highest `active` ever seen (for the "never exceeded capacity" check).

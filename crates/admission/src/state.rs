@@ -9,9 +9,11 @@ use std::collections::{HashMap, VecDeque};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use crate::capacity::Capacity;
+use crate::capacity::{Capacity, Decider};
 use crate::error::{Dependency, RejectReason, Rejection};
 use crate::gate::GateConfig;
+use crate::instance::{InstanceCeiling, InstanceState, InstanceView};
+use crate::lag::LagHistogram;
 use crate::partner::{PartnerBook, PartnerId};
 use crate::permit::PermitId;
 use crate::snapshot::{GateSnapshot, RejectCounts};
@@ -26,6 +28,9 @@ pub(crate) type Wakeups = Vec<Waker>;
 pub(crate) struct Slot {
     pub(crate) partner: Option<PartnerId>,
     pub(crate) tally: PermitTally,
+    /// True until the permit says its setup is over: the slot counts
+    /// against the setups-in-flight bound until then.
+    pub(crate) in_setup: bool,
 }
 
 /// A slot handed out: what a [`crate::Permit`] is built from.
@@ -84,9 +89,16 @@ struct Waiter {
 #[derive(Debug)]
 pub(crate) struct State {
     config: GateConfig,
+    /// What the four ceilings (or the operator's pin) allow; the instance
+    /// ceiling may lower the effective capacity below it.
     capacity: Capacity,
+    /// The instance's own health, from lateness samples.
+    instance: InstanceCeiling,
     /// Slots held. Only `grant` raises it and only `free_slot` lowers it.
     active: u32,
+    /// Slots whose setup is in progress: raised by `grant`, lowered by
+    /// `setup_done` or by `free_slot` for a slot still in setup.
+    setting_up: u32,
     max_active: u32,
     draining: bool,
     /// Indexed by [`Dependency::index`].
@@ -117,8 +129,10 @@ impl State {
     pub(crate) fn new(config: GateConfig, now: Instant) -> Self {
         Self {
             capacity: Capacity::derive(config.capacity, &config.ceilings),
+            instance: InstanceCeiling::new(config.instance, now),
             config,
             active: 0,
+            setting_up: 0,
             max_active: 0,
             draining: false,
             down: [false; 4],
@@ -135,8 +149,16 @@ impl State {
         }
     }
 
+    /// The effective capacity: the configured one, lowered by the instance
+    /// ceiling when that binds.
     pub(crate) fn capacity(&self) -> Capacity {
-        self.capacity
+        match self.instance.view().ceiling {
+            Some(ceiling) if ceiling < self.capacity.calls => Capacity {
+                calls: ceiling,
+                decided_by: Decider::Instance,
+            },
+            _ => self.capacity,
+        }
     }
 
     pub(crate) fn config(&self) -> &GateConfig {
@@ -164,10 +186,23 @@ impl State {
         if self.draining {
             return Some(RejectReason::Draining);
         }
-        Dependency::ALL
+        let down = Dependency::ALL
             .into_iter()
             .find(|dep| self.down[dep.index()])
-            .map(RejectReason::DependencyDown)
+            .map(RejectReason::DependencyDown);
+        down.or_else(|| {
+            (self.instance.view().state == InstanceState::Overloaded)
+                .then_some(RejectReason::InstanceOverloaded)
+        })
+    }
+
+    /// The instance ceiling is what stops this admission (not the four
+    /// ceilings): refused at once, never queued — a queue behind a
+    /// struggling instance only adds setups to it.
+    fn instance_refusal(&self) -> Option<RejectReason> {
+        let effective = self.capacity();
+        (effective.decided_by == Decider::Instance && self.active >= effective.calls)
+            .then_some(RejectReason::InstanceOverloaded)
     }
 
     /// The partner already has its quota (or more, after a lowering reload) in
@@ -179,8 +214,14 @@ impl State {
             .then_some(RejectReason::PartnerQuota)
     }
 
+    /// A slot is free below the effective capacity, and a setup may start
+    /// below the setups-in-flight bound.
     fn has_free_slot(&self) -> bool {
-        self.active < self.capacity.calls
+        let setups_free = self
+            .config
+            .max_setups
+            .is_none_or(|max| self.setting_up < max);
+        self.active < self.capacity().calls && setups_free
     }
 
     /// Takes a slot and records the increment on the new permit's tally.
@@ -194,6 +235,7 @@ impl State {
         now: Instant,
     ) -> Grant {
         self.active = self.active.saturating_add(1);
+        self.setting_up = self.setting_up.saturating_add(1);
         self.max_active = self.max_active.max(self.active);
         self.admitted_total = self.admitted_total.saturating_add(1);
         let tally = PermitTally::default();
@@ -202,7 +244,11 @@ impl State {
             id,
             admitted_at: now,
             waited: now.saturating_duration_since(requested_at),
-            slot: Slot { partner, tally },
+            slot: Slot {
+                partner,
+                tally,
+                in_setup: true,
+            },
         }
     }
 
@@ -212,7 +258,7 @@ impl State {
             reason,
             waited,
             active: self.active,
-            capacity: self.capacity.calls,
+            capacity: self.capacity().calls,
             queued: self.queue.len(),
         }
     }
@@ -228,7 +274,10 @@ impl State {
         wake: &mut Wakeups,
     ) -> Result<Option<Grant>, Rejection> {
         self.expire_due(now, wake);
-        let refused = self.refusal().or_else(|| self.partner_refusal(partner));
+        let refused = self
+            .refusal()
+            .or_else(|| self.partner_refusal(partner))
+            .or_else(|| self.instance_refusal());
         if let Some(reason) = refused {
             return Err(self.reject(reason, Duration::ZERO));
         }
@@ -357,6 +406,9 @@ impl State {
     fn free_slot(&mut self, slot: &Slot) {
         // Saturating: even a bookkeeping bug must never wrap `active` around.
         self.active = self.active.saturating_sub(1);
+        if slot.in_setup {
+            self.setting_up = self.setting_up.saturating_sub(1);
+        }
         self.released_total = self.released_total.saturating_add(1);
         self.partners.leave(slot.partner.as_ref());
         slot.tally.record_decrement();
@@ -421,9 +473,39 @@ impl State {
         }
     }
 
+    /// A permit's setup is over: its slot stops counting against the
+    /// setups-in-flight bound, and a waiter may start its own.
+    pub(crate) fn setup_done(&mut self, now: Instant, wake: &mut Wakeups) {
+        let now = self.observe(now);
+        self.setting_up = self.setting_up.saturating_sub(1);
+        self.pump(now, wake);
+    }
+
+    /// Lateness samples for the instance ceiling. A trip fails every queued
+    /// waiter at once with `InstanceOverloaded`; a reopen or a step up
+    /// grants waiters.
+    pub(crate) fn observe_lag(
+        &mut self,
+        lag: &LagHistogram,
+        now: Instant,
+        wake: &mut Wakeups,
+    ) -> InstanceView {
+        let now = self.observe(now);
+        let (before, after) = self
+            .instance
+            .observe(now, lag, self.active, self.capacity.calls);
+        if after == InstanceState::Overloaded && before != InstanceState::Overloaded {
+            self.reject_all_queued(RejectReason::InstanceOverloaded, now, wake);
+        } else {
+            self.pump(now, wake);
+        }
+        self.instance.view()
+    }
+
     pub(crate) fn set_config(&mut self, config: GateConfig, now: Instant, wake: &mut Wakeups) {
         let now = self.observe(now);
         self.capacity = Capacity::derive(config.capacity, &config.ceilings);
+        self.instance.set_config(config.instance, now);
         // Queued waiters keep their place and deadline even if `queue_max`,
         // `queue_timeout` or a partner quota shrank: reload ends nothing, it only
         // shapes what comes next.
@@ -481,9 +563,14 @@ impl State {
     }
 
     pub(crate) fn snapshot(&self) -> GateSnapshot {
+        let effective = self.capacity();
         GateSnapshot {
-            capacity: self.capacity.calls,
-            decided_by: self.capacity.decided_by,
+            capacity: effective.calls,
+            decided_by: effective.decided_by,
+            configured: self.capacity,
+            instance: self.instance.view(),
+            setting_up: self.setting_up,
+            max_setups: self.config.max_setups,
             active: self.active,
             max_active: self.max_active,
             queued: self.queue.len(),
@@ -511,7 +598,7 @@ impl State {
             reason: RejectReason::Internal,
             waited: Duration::ZERO,
             active: self.active,
-            capacity: self.capacity.calls,
+            capacity: self.capacity().calls,
             queued: self.queue.len(),
         }
     }

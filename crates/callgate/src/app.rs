@@ -45,6 +45,9 @@ pub struct CallServices {
     pub counters: Arc<Counters>,
     /// The calls running here, by id, for reconciliation receipts.
     pub live: crate::reconcile::LiveCalls,
+    /// Lateness against the 20 ms media clock: call timers record into it,
+    /// the ticker (`lag::run`) feeds it to the gate.
+    pub lag: Arc<crate::lag::LagMeter>,
 }
 
 /// What operations need: the call handle, and what only they read.
@@ -162,6 +165,7 @@ impl App {
             tasks: TaskTracker::new(),
             counters: Arc::default(),
             live: crate::reconcile::LiveCalls::default(),
+            lag: Arc::default(),
         };
         Ok(App {
             call: Arc::new(call),
@@ -275,5 +279,7 @@ pub fn gate_config(cfg: &Config) -> GateConfig {
             .collect(),
         queue_max: cfg.admission.queue_max,
         queue_timeout: ms(cfg.admission.queue_timeout_ms),
+        instance: cfg.admission.instance(),
+        max_setups: Some(cfg.admission.max_setups(&cfg.database)),
     }
 }

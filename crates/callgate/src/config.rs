@@ -15,6 +15,7 @@ use figment::providers::{Format, Serialized, Toml};
 use reconnect::ReconnectPolicy;
 use serde::{Deserialize, Serialize};
 
+mod admission;
 mod agent;
 mod drain;
 mod env;
@@ -25,6 +26,7 @@ mod ownership;
 mod receipt;
 mod sip;
 mod webrtc;
+pub use admission::{AdmissionConfig, AutoTag, MaxCalls, MaxSetups};
 pub use agent::AgentConfig;
 pub use drain::{DrainConfig, DrainPolicy};
 pub use exposure::Exposure;
@@ -206,44 +208,6 @@ impl std::fmt::Debug for PartnerConfig {
             .field("max_concurrent_calls", &self.max_concurrent_calls)
             .field("transfer_target", &self.transfer_target)
             .finish()
-    }
-}
-
-/// `"auto"` or a pinned number of calls.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum MaxCalls {
-    Pinned(u32),
-    Auto(AutoTag),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AutoTag {
-    Auto,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct AdmissionConfig {
-    /// `"auto"`: the smallest of the four ceilings minus `headroom`; or a number.
-    pub max_concurrent_calls: MaxCalls,
-    /// Slots kept free below the smallest ceiling when on auto.
-    pub headroom: u32,
-    /// Calls allowed to wait for a slot; one more is rejected at once.
-    pub queue_max: usize,
-    /// Longest wait for a slot before the call goes to the overflow path.
-    pub queue_timeout_ms: u64,
-}
-
-impl Default for AdmissionConfig {
-    fn default() -> Self {
-        AdmissionConfig {
-            max_concurrent_calls: MaxCalls::Auto(AutoTag::Auto),
-            headroom: 2,
-            queue_max: 100,
-            queue_timeout_ms: 4_000,
-        }
     }
 }
 
@@ -580,9 +544,7 @@ impl Config {
         if self.server.admin_listen == Some(self.server.listen) && self.server.listen.port() != 0 {
             return bad("server.admin_listen must differ from server.listen");
         }
-        if self.admission.queue_timeout_ms == 0 && self.admission.queue_max > 0 {
-            return bad("admission.queue_timeout_ms must be positive when queue_max > 0");
-        }
+        self.admission.validate().map_err(ConfigError::Invalid)?;
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return bad("log.format must be \"text\" or \"json\"");
         }

@@ -56,6 +56,9 @@ pub enum Culprit {
     Tts,
     Stt,
     CarrierMedia,
+    /// This instance: its own lag against the media clock was beyond the
+    /// bound when the stall fired (`admission.max_lag_ms`).
+    Instance,
 }
 
 impl Culprit {
@@ -66,6 +69,7 @@ impl Culprit {
             Culprit::Tts => "tts",
             Culprit::Stt => "stt",
             Culprit::CarrierMedia => "carrier_media",
+            Culprit::Instance => "instance",
         }
     }
 }

@@ -109,6 +109,12 @@ fn refresh_gauges(app: &App) {
     metrics::gauge!(m::CALLS_ACTIVE).set(snap.active as f64);
     metrics::gauge!(m::CALLS_QUEUED).set(snap.queued as f64);
     metrics::gauge!(m::CAPACITY).set(f64::from(snap.capacity));
+    metrics::gauge!(m::CAPACITY_CONFIGURED).set(f64::from(snap.configured.calls));
+    let ceiling = snap.instance.ceiling.unwrap_or(snap.configured.calls);
+    metrics::gauge!(m::INSTANCE_CEILING).set(f64::from(ceiling));
+    metrics::counter!(m::INSTANCE_TRIPS).absolute(snap.instance.trips);
+    let max_setups = snap.max_setups.map_or(f64::INFINITY, f64::from);
+    metrics::gauge!(m::SETUPS_MAX).set(max_setups);
     metrics::gauge!(m::DRAINING).set(if snap.draining { 1.0 } else { 0.0 });
     metrics::gauge!("callgate_calls_overflowing")
         .set(Counters::get(&app.call.counters.overflowing) as f64);
@@ -253,6 +259,11 @@ async fn status(State(app): State<Arc<App>>) -> Response {
         "admission": {
             "capacity": snap.capacity,
             "decided_by": snap.decided_by.to_string(),
+            "configured_capacity": snap.configured.calls,
+            "configured_decided_by": snap.configured.decided_by.to_string(),
+            "instance": instance_json(&app, &snap),
+            "setting_up": snap.setting_up,
+            "max_setups": snap.max_setups,
             "active": snap.active,
             "queued": snap.queued,
             "draining": snap.draining,
@@ -268,6 +279,29 @@ async fn status(State(app): State<Arc<App>>) -> Response {
         "write_backlog": app.call.writes.backlog(),
     }))
     .into_response()
+}
+
+/// The instance ceiling for `/admin/status`: its state, the measured p99
+/// against the bound, the ceiling, and why capacity is below the
+/// configured one when it is.
+fn instance_json(app: &App, snap: &admission::GateSnapshot) -> serde_json::Value {
+    let v = &snap.instance;
+    let cfg = app.call.gate.config().instance;
+    let below = snap.decided_by == admission::Decider::Instance;
+    serde_json::json!({
+        "enabled": cfg.is_on(),
+        "state": v.state.as_str(),
+        "lag_p99_ms": v.p99.map(|p| p.as_secs_f64() * 1e3),
+        "max_lag_ms": cfg.max_lag.as_millis() as u64,
+        "window_ms": cfg.window.as_millis() as u64,
+        "samples": v.samples,
+        "ceiling": v.ceiling,
+        "trips": v.trips,
+        "reason": below.then(|| format!(
+            "capacity {} is below the configured {}: the instance's media clock ran late (p99 over {} ms); it reopens below half of that and steps up a tenth per healthy window",
+            snap.capacity, snap.configured.calls, cfg.max_lag.as_millis()
+        )),
+    })
 }
 
 /// Re-reads the configuration file and applies the new caps.

@@ -37,6 +37,7 @@ pub mod end;
 pub mod hold;
 pub mod http;
 pub mod ingress;
+pub mod lag;
 pub mod leg;
 pub mod metrics;
 pub mod overflow;

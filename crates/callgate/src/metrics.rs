@@ -13,6 +13,21 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 pub const CALLS_ACTIVE: &str = "callgate_calls_active";
 pub const CALLS_QUEUED: &str = "callgate_admission_queued";
 pub const CAPACITY: &str = "callgate_admission_capacity";
+/// What the four ceilings (or the pin) allow; `CAPACITY` is the effective
+/// one, lower while the instance ceiling binds.
+pub const CAPACITY_CONFIGURED: &str = "callgate_admission_configured_capacity";
+/// p99 lateness of the 20 ms media clock over `admission.lag_window_ms`.
+pub const INSTANCE_LAG_P99: &str = "callgate_instance_lag_p99_seconds";
+/// 1 for the instance ceiling's current `state` (`healthy`, `overloaded`,
+/// `recovering`), 0 for the others.
+pub const INSTANCE_STATE: &str = "callgate_instance_state";
+/// Calls the instance ceiling allows (set only while it binds; the
+/// configured capacity otherwise).
+pub const INSTANCE_CEILING: &str = "callgate_instance_ceiling_calls";
+/// Times the instance went overloaded.
+pub const INSTANCE_TRIPS: &str = "callgate_instance_overload_trips_total";
+/// Calls whose setup is in progress, and their bound (`admission.max_setups`).
+pub const SETUPS_MAX: &str = "callgate_admission_max_setups";
 pub const ADMISSION_WAIT: &str = "callgate_admission_wait_seconds";
 pub const ADMITTED: &str = "callgate_calls_admitted_total";
 pub const REJECTED: &str = "callgate_admission_rejections_total";

@@ -120,6 +120,11 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
             serve_http(admin, http::operator_router(Arc::clone(&app)), &stop_http),
         ],
     };
+    tokio::spawn(crate::lag::run(
+        app.call.gate.clone(),
+        Arc::clone(&app.call.lag),
+        background.clone(),
+    ));
     tokio::spawn(crate::retention::run(Arc::clone(&app), background.clone()));
     tokio::spawn(crate::reconcile::task::run(
         Arc::clone(&app),

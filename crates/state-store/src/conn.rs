@@ -39,7 +39,8 @@ pub(crate) struct Pool {
 }
 
 impl Pool {
-    pub(crate) fn new(cfg: &StoreConfig) -> Result<Self, StoreError> {
+    /// A pool of at most `size` connections with `cfg`'s deadlines.
+    pub(crate) fn new(cfg: &StoreConfig, size: usize) -> Result<Self, StoreError> {
         let manager = Manager::from_config(
             cfg.pg_config()?,
             NoTls,
@@ -50,7 +51,7 @@ impl Pool {
             },
         );
         let pool = deadpool_postgres::Pool::builder(manager)
-            .max_size(cfg.pool_size)
+            .max_size(size)
             .wait_timeout(Some(cfg.checkout_timeout))
             .create_timeout(Some(cfg.connect_timeout))
             .recycle_timeout(Some(cfg.checkout_timeout))

@@ -20,6 +20,10 @@
 //! (turns/events keyed by sequence number, lifecycle stamps first-write-
 //! wins), so retries are safe.
 //!
+//! Heartbeats, the reconciler's reads and refused-call records use a
+//! separate control pool of [`CONTROL_POOL_SIZE`] connections, so a call
+//! pool exhausted by setups or a write backlog cannot let the lease lapse.
+//!
 //! Owner liveness ([`ownership`]): each instance beats in
 //! `instance_heartbeats`; a live instance closes the open rows of an owner
 //! whose beat is older than the lease (`owner_lost`), and an instance
@@ -102,6 +106,6 @@ pub use rows::{
     CallOutcome, CallStateRow, EventRow, LedgerRow, NewCall, OutcomeTable, Rejection, SlotRow,
     TurnRow,
 };
-pub use store::Store;
+pub use store::{CONTROL_POOL_SIZE, Store};
 pub use write::{Write, WriteOutcome};
 pub use writebehind::{DrainReport, WriteBehind, WriteBehindConfig, WriteStats, WriterTasks};

@@ -259,7 +259,7 @@ impl Store {
     pub async fn begin_boot(&self, boot: BootId) -> Result<BootReport, StoreError> {
         let op = "begin_boot";
         let instance = &self.config().instance;
-        let mut conn = self.pool().checkout().await?;
+        let mut conn = self.control_pool().checkout().await?;
         conn.begin(op).await?;
         let prev = conn.query(op, PREVIOUS_BEAT, &[instance]).await?;
         let previous = prev.first().map(previous_boot).transpose()?;
@@ -287,7 +287,7 @@ impl Store {
     /// ageing toward the lease.
     pub async fn heartbeat(&self, boot: BootId) -> Result<Beat, StoreError> {
         let op = "heartbeat";
-        let mut conn = self.pool().checkout().await?;
+        let mut conn = self.control_pool().checkout().await?;
         let row = conn
             .query_one(op, HEARTBEAT, &[&self.config().instance, &boot.0])
             .await?;
@@ -313,7 +313,7 @@ impl Store {
         lease: Duration,
     ) -> Result<Vec<Reclaimed>, StoreError> {
         let op = "reclaim_lost";
-        let mut conn = self.pool().checkout().await?;
+        let mut conn = self.control_pool().checkout().await?;
         let rows = conn
             .query(
                 op,
@@ -339,7 +339,7 @@ impl Store {
     /// Provider errors.
     pub async fn next_lapse(&self, lease: Duration) -> Result<Option<Duration>, StoreError> {
         let op = "next_lapse";
-        let mut conn = self.pool().checkout().await?;
+        let mut conn = self.control_pool().checkout().await?;
         let row = conn
             .query_one(op, NEXT_LAPSE, &[&self.config().instance, &millis(lease)])
             .await?;
@@ -361,7 +361,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let ids: Vec<Uuid> = calls.iter().map(|c| c.0).collect();
-        let mut conn = self.pool().checkout().await?;
+        let mut conn = self.control_pool().checkout().await?;
         let rows = conn
             .query(
                 op,

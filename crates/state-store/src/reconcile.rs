@@ -86,7 +86,7 @@ impl Store {
             });
         }
         let calls: Vec<Uuid> = r.affected_calls.iter().map(|c| c.0).collect();
-        let mut conn = self.pool().checkout().await?;
+        let mut conn = self.control_pool().checkout().await?;
         let row = conn
             .query_one(
                 op,
@@ -119,7 +119,7 @@ impl Store {
         instance: &str,
     ) -> Result<Vec<ReconciliationRow>, StoreError> {
         let op = "reconciliation_receipts";
-        let mut conn = self.pool().checkout().await?;
+        let mut conn = self.control_pool().checkout().await?;
         let rows = conn.query(op, SELECT, &[&instance]).await?;
         rows.iter().map(from_row).collect()
     }
@@ -170,7 +170,7 @@ impl Store {
         live: &[CallId],
     ) -> Result<Vec<CallId>, StoreError> {
         let live: Vec<Uuid> = live.iter().map(|c| c.0).collect();
-        let mut conn = self.pool().checkout().await?;
+        let mut conn = self.control_pool().checkout().await?;
         let rows = conn
             .query(op, sql, &[&instance, &live, &MAX_AFFECTED_CALLS])
             .await?;

@@ -33,8 +33,17 @@ pub struct Store {
 
 struct Inner {
     pool: Pool,
+    /// The control connections, outside the call pool: ownership
+    /// heartbeats, the reconciler's reads and the refusal recorder. A burst
+    /// of setups or a backlog of writes can use every pooled connection;
+    /// the lease must still be renewed and refusals still recorded.
+    control: Pool,
     cfg: StoreConfig,
 }
+
+/// Connections in the control pool: one for the heartbeat, one for the
+/// reconciler and the refusal recorder, which take turns.
+pub const CONTROL_POOL_SIZE: usize = 2;
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -65,13 +74,14 @@ impl Store {
     /// `InvalidConfig` for bad knobs; `Connect`/`ConnectTimeout`/
     /// `QueryTimeout` when Postgres cannot be reached in time.
     pub async fn connect(cfg: StoreConfig) -> Result<Store, StoreError> {
-        let pool = Pool::new(&cfg)?;
+        let pool = Pool::new(&cfg, cfg.pool_size)?;
+        let control = Pool::new(&cfg, CONTROL_POOL_SIZE)?;
         let mut conn = pool.checkout().await?;
         conn.query("connect", "SELECT 1", &[]).await?;
         drop(conn);
-        tracing::info!(instance = %cfg.instance, pool_size = cfg.pool_size, "store connected");
+        tracing::info!(instance = %cfg.instance, pool_size = cfg.pool_size, control = CONTROL_POOL_SIZE, "store connected");
         Ok(Store {
-            inner: Arc::new(Inner { pool, cfg }),
+            inner: Arc::new(Inner { pool, control, cfg }),
         })
     }
 
@@ -83,6 +93,17 @@ impl Store {
 
     pub(crate) fn pool(&self) -> &Pool {
         &self.inner.pool
+    }
+
+    /// The control pool (heartbeats, reconciler, refusals).
+    pub(crate) fn control_pool(&self) -> &Pool {
+        &self.inner.control
+    }
+
+    /// Control pool gauges.
+    #[must_use]
+    pub fn control_pool_status(&self) -> PoolStatus {
+        self.inner.control.status()
     }
 
     /// Applies pending migrations; returns the names it applied (empty when
@@ -198,7 +219,7 @@ impl Store {
                    (call_id, instance, ingress, carrier_call_id, reason, waited_ms, at, partner_id) \
                    VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (call_id) DO NOTHING";
         let waited = millis(r.waited);
-        let mut conn = self.inner.pool.checkout().await?;
+        let mut conn = self.control_pool().checkout().await?;
         conn.execute(
             "record_rejection",
             sql,
@@ -242,7 +263,7 @@ impl Store {
         let waited: Vec<i64> = batch.iter().map(|r| millis(r.waited)).collect();
         let at: Vec<SystemTime> = batch.iter().map(|r| r.at).collect();
         let partners: Vec<Option<&str>> = batch.iter().map(|r| r.partner_id.as_deref()).collect();
-        let mut conn = self.inner.pool.checkout().await?;
+        let mut conn = self.control_pool().checkout().await?;
         conn.execute(
             "record_rejections",
             sql,

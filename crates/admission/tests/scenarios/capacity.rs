@@ -81,7 +81,7 @@ fn zero_capacity_admits_nothing() {
         ceilings: ceilings(Some(5), None, None, None),
         queue_max: 0,
         queue_timeout: std::time::Duration::from_secs(1),
-        partner_quotas: std::collections::BTreeMap::new(),
+        ..GateConfig::default()
     };
     let gate = Gate::new(cfg, t0);
     assert_eq!(

@@ -3,10 +3,12 @@
 mod common;
 
 mod capacity;
+mod instance;
 mod lifecycle;
 mod partner_races;
 mod partners;
 mod queue;
 mod races;
+mod setups;
 mod stress;
 mod tally;

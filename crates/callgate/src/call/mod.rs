@@ -181,7 +181,11 @@ impl<L: Leg> CallActor<L> {
                     Some(ev) = self.res.tts.1.recv(), if self.open.tts => Input::Tts(ev),
                     outcome = self.tools.next() => Input::Tool(outcome),
                     () = &mut self.timer => {
-                        self.timer_at = None;
+                        // How late the call's deadline (a pacer frame, a
+                        // watchdog clock) fired: the instance ceiling's input.
+                        if let Some(due) = self.timer_at.take() {
+                            self.app.lag.record(Instant::now().saturating_duration_since(due));
+                        }
                         Input::Tick
                     }
                     () = lost.cancelled(), if !lost_told => {
@@ -205,6 +209,7 @@ impl<L: Leg> CallActor<L> {
     fn step(&mut self, input: Input) {
         self.note_closed(&input);
         self.note_recovery(&input);
+        self.core.note_instance_lag(self.app.lag.over_bound());
         self.core.handle(Instant::now(), input);
         self.perform();
         if self.core.awaits_performed() {

@@ -195,6 +195,7 @@ mod tests {
             partner_quotas: Default::default(),
             queue_max: 0,
             queue_timeout: Duration::from_secs(1),
+            ..GateConfig::default()
         };
         Gate::new(cfg, Instant::now())
     }

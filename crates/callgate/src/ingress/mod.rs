@@ -217,7 +217,7 @@ pub fn record_refusal(app: &CallServices, arrival: &Arrival, why: Refusal, waite
 async fn set_up_and_run<L: Leg>(
     app: Arc<CallServices>,
     mut leg: L,
-    permit: Permit,
+    mut permit: Permit,
     info: CallInfo,
 ) {
     let clock = CallClock::anchor(info.admitted_at);
@@ -237,6 +237,9 @@ async fn set_up_and_run<L: Leg>(
         }
     };
     drop(gauge);
+    // Success or failure, the setup's connections are no longer being
+    // opened: the next call queued at the gate may start its own.
+    permit.setup_done(Instant::now());
     let setup_ms = millis(setup_started.elapsed());
     metrics::histogram!(m::SETUP_SECONDS).record(setup_started.elapsed().as_secs_f64());
     match result {

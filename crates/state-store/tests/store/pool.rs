@@ -83,3 +83,50 @@ async fn a_cancelled_statement_discards_its_connection() {
     assert_eq!(env.store.pool_status().size, 1);
     assert_eq!(env.store.turns(call).await.unwrap().len(), 1);
 }
+
+/// Ownership heartbeats and the refusal recorder have their own
+/// connections: a call pool held busy (setups, a write backlog stuck on a
+/// lock) cannot make the lease lapse or lose a refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_call_pool_leaves_the_heartbeat_and_refusals_on_time() {
+    let env = common::env_with(|c| {
+        c.pool_size = 1;
+        c.checkout_timeout = Duration::from_millis(200);
+        c.statement_timeout = Duration::from_secs(30);
+    })
+    .await;
+    let boot = BootId::new_random();
+    env.store.begin_boot(boot).await.unwrap();
+    let (call, epoch) = common::open(&env.store).await;
+    let locker = common::raw(&env.pg).await;
+    common::lock_table(&locker, "call_turns").await;
+    let store = env.store.clone();
+    let stuck = tokio::spawn(async move { store.apply(&common::turn(call, epoch, 0)).await });
+    common::eventually("the only pooled connection is blocked", || async {
+        common::lock_waiters(&locker).await == 1
+    })
+    .await;
+    // The call pool is exhausted: a setup-time read times out ...
+    assert!(matches!(
+        env.store.ledger(call).await,
+        Err(StoreError::CheckoutTimeout { .. })
+    ));
+    // ... while the beat lands (through the call pool it would have met
+    // the same CheckoutTimeout), and a refusal is recorded.
+    assert_eq!(env.store.heartbeat(boot).await.unwrap(), Beat::Recorded);
+    let refused = Rejection {
+        call_id: CallId::new_random(),
+        instance: "test-a".into(),
+        ingress: "twilio".into(),
+        carrier_call_id: None,
+        partner_id: None,
+        reason: "instance_overloaded".into(),
+        waited: Duration::ZERO,
+        at: std::time::SystemTime::now(),
+    };
+    assert_eq!(env.store.record_rejections(&[refused]).await.unwrap(), 1);
+    assert_eq!(env.store.control_pool_status().max_size, CONTROL_POOL_SIZE);
+
+    locker.batch_execute("COMMIT").await.unwrap();
+    assert_eq!(stuck.await.unwrap().unwrap(), WriteOutcome::Applied);
+}

@@ -22,7 +22,7 @@ pub fn pinned(calls: u32, queue_max: usize) -> GateConfig {
         ceilings: Ceilings::default(),
         queue_max,
         queue_timeout: QUEUE_TIMEOUT,
-        partner_quotas: std::collections::BTreeMap::new(),
+        ..GateConfig::default()
     }
 }
 

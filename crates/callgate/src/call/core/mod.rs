@@ -121,6 +121,9 @@ pub struct CallCore {
     first_audio_due: Option<Instant>,
     max_end: Instant,
     interaction: Interaction,
+    /// The instance's own lag was beyond its bound at the last step (the
+    /// shell says so before each step): a stall then is the instance's.
+    instance_lagging: bool,
 }
 
 impl CallCore {
@@ -159,6 +162,7 @@ impl CallCore {
             max_end: now + cfg.max_duration,
             interaction: Interaction::default(),
             cfg,
+            instance_lagging: false,
         };
         core.record(Rec::Stage(Stage::MediaReady, now));
         core.watchdog.reply_owed(now);
@@ -509,6 +513,27 @@ impl CallCore {
         }
     }
 
+    /// The shell's word on the instance's own lag (`lag::LagMeter`), given
+    /// before each step; it steps nothing by itself.
+    pub fn note_instance_lag(&mut self, over_bound: bool) {
+        self.instance_lagging = over_bound;
+    }
+
+    /// Who is to blame for a stall on `clock`: the instance itself when its
+    /// own lag is beyond the bound (the provider that happened to be
+    /// awaited is not at fault for a runtime that could not run the call),
+    /// else the party the clock waits on.
+    fn culprit(&self, clock: Clock) -> Culprit {
+        if self.instance_lagging {
+            return Culprit::Instance;
+        }
+        match clock {
+            Clock::Reply => self.reply_culprit(),
+            Clock::Stt => Culprit::Stt,
+            Clock::Media => Culprit::CarrierMedia,
+        }
+    }
+
     /// Who is to blame for an owed reply that is not being heard.
     fn reply_culprit(&self) -> Culprit {
         match &self.turn {
@@ -523,11 +548,7 @@ impl CallCore {
 
     fn on_stall(&mut self, action: Action, now: Instant) {
         let clock = action.clock();
-        let culprit = match clock {
-            Clock::Reply => self.reply_culprit(),
-            Clock::Stt => Culprit::Stt,
-            Clock::Media => Culprit::CarrierMedia,
-        };
+        let culprit = self.culprit(clock);
         let label = action.label();
         let what = culprit.as_str();
         warn!(clock = ?clock, culprit = what, action = label, "watchdog: stall");

@@ -55,3 +55,28 @@ fn a_stall_is_reported_with_its_culprit_and_action() {
         ]
     );
 }
+
+#[test]
+fn a_stall_while_the_instance_lags_is_the_instance_not_the_provider_awaited() {
+    let mut s = Sim::new(config(LegFormat::Mulaw8k));
+    s.core.note_instance_lag(true);
+    s.pass(Duration::from_secs(12));
+    let culprits: Vec<_> = s
+        .reports
+        .iter()
+        .filter_map(|r| match r {
+            Report::Stall { culprit, .. } => Some(*culprit),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(culprits, [Culprit::Instance, Culprit::Instance]);
+    assert_eq!(s.end().reason, EndReason::Stalled(Culprit::Instance));
+    assert_eq!(s.end().reason.ledger(None), "stalled:instance");
+
+    // The lag gone, the same stall is the dialog's again.
+    let mut s = Sim::new(config(LegFormat::Mulaw8k));
+    s.core.note_instance_lag(true);
+    s.core.note_instance_lag(false);
+    s.pass(Duration::from_secs(12));
+    assert_eq!(s.end().reason, EndReason::Stalled(Culprit::Dialog));
+}

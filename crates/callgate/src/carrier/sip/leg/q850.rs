@@ -35,7 +35,8 @@ pub const fn cause(c: &Cause) -> u16 {
 
 const fn refused(r: RejectReason) -> u16 {
     match r {
-        RejectReason::AtCapacity => CONGESTION,
+        // The instance itself is congested: its media clock runs late.
+        RejectReason::AtCapacity | RejectReason::InstanceOverloaded => CONGESTION,
         RejectReason::QueueFull | RejectReason::PartnerQuota => NO_CIRCUIT,
         RejectReason::QueueTimeout => TIMER_EXPIRY,
         RejectReason::Draining | RejectReason::DependencyDown(_) | RejectReason::Internal => {
@@ -95,6 +96,7 @@ mod tests {
             (RejectReason::AtCapacity, 42),
             (RejectReason::QueueFull, 34),
             (RejectReason::PartnerQuota, 34),
+            (RejectReason::InstanceOverloaded, 42),
             (RejectReason::QueueTimeout, 102),
             (RejectReason::Draining, 41),
             (RejectReason::DependencyDown(Dependency::Db), 41),
