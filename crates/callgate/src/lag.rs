@@ -89,7 +89,7 @@ pub async fn run(gate: Gate, meter: Arc<LagMeter>, shutdown: CancellationToken) 
             () = shutdown.cancelled() => return,
         }
         let now = Tokio::now();
-        meter.record(now.saturating_duration_since(due));
+        record_tick(&meter, now.saturating_duration_since(due));
         if now.saturating_duration_since(last_feed) < FEED_EVERY {
             continue;
         }
@@ -100,6 +100,27 @@ pub async fn run(gate: Gate, meter: Arc<LagMeter>, shutdown: CancellationToken) 
         }
         export(&view);
         last = view;
+    }
+}
+
+/// Most missed ticks one late wake-up stands for (10 s of them): bounds the
+/// work after a very long stall.
+const MAX_MISSED_TICKS: u32 = 500;
+
+/// One wake-up `late` after it was due. A wake-up that came several periods
+/// late stands for every tick the media clock missed meanwhile, each as late
+/// as it was (`late`, `late − 20 ms`, …): a starved runtime wakes rarely,
+/// and counting one sample per wake-up would let starvation thin out its
+/// own evidence below the samples the p99 needs.
+fn record_tick(meter: &LagMeter, late: Duration) {
+    meter.record(late);
+    let mut missed = late;
+    for _ in 0..MAX_MISSED_TICKS {
+        missed = missed.saturating_sub(TICK);
+        if missed.is_zero() {
+            break;
+        }
+        meter.record(missed);
     }
 }
 
@@ -180,6 +201,20 @@ mod tests {
         let view = meter.feed(&gate, t0 + Duration::from_millis(200));
         assert_eq!(view.state, InstanceState::Overloaded);
         assert!(meter.over_bound());
+    }
+
+    #[test]
+    fn a_wake_up_several_ticks_late_stands_for_every_tick_it_missed() {
+        let (meter, gate) = (LagMeter::default(), gate());
+        record_tick(&meter, Duration::from_millis(70));
+        // 70, 50, 30, 10 ms late: four ticks' worth.
+        let view = meter.feed(&gate, Instant::now());
+        assert_eq!(view.samples, 4);
+        record_tick(&meter, Duration::from_millis(5));
+        assert_eq!(meter.feed(&gate, Instant::now()).samples, 5);
+        record_tick(&meter, Duration::from_secs(3_600));
+        let bounded = meter.feed(&gate, Instant::now()).samples;
+        assert_eq!(bounded, 5 + 1 + u64::from(MAX_MISSED_TICKS));
     }
 
     #[tokio::test]

@@ -58,6 +58,7 @@ mod committed;
 mod db;
 pub mod interaction;
 mod ledger;
+mod overload;
 mod priority;
 mod procfs;
 mod receipts;
@@ -65,6 +66,7 @@ mod rig;
 mod row;
 mod sampler;
 mod sip;
+mod squeeze;
 
 use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
@@ -109,6 +111,11 @@ pub enum Scenario {
     /// WebRTC sessions opened and hung up N times: the server's RSS and
     /// descriptors after them against its baseline (leaks).
     WebrtcChurn(churn::ChurnArgs),
+    /// The instance itself short: the server pinned to one core under a
+    /// CPU quota (or beside a burner), the rig on the other; admitted
+    /// callers in dead air, refusals by reason, heartbeats, culprits, with
+    /// the instance ceiling on and off.
+    Overload(overload::OverloadArgs),
 }
 
 /// How the calls of a run arrive within `--arrival-s`.
@@ -268,6 +275,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Scenario::Ledger(a) => ledger::run(a).await,
         Scenario::WebrtcChurn(a) => churn::run(a).await,
         Scenario::Committed(a) => committed::run(a).await,
+        Scenario::Overload(a) => overload::run(a).await,
     }
 }
 
@@ -421,10 +429,29 @@ mod tests {
             | Scenario::Sip(_)
             | Scenario::Ledger(_)
             | Scenario::WebrtcChurn(_)
-            | Scenario::Committed(_) => {
+            | Scenario::Committed(_)
+            | Scenario::Overload(_) => {
                 unreachable!("parsed `incident`")
             }
         }
+    }
+
+    #[test]
+    fn overload_parses_its_variants_and_refuses_unknown_ones() {
+        let parse = |argv: &[&str]| {
+            let mut full = vec!["bench", "overload"];
+            full.extend_from_slice(argv);
+            match Cmd::try_parse_from(full).unwrap().scenario {
+                Scenario::Overload(a) => a,
+                _ => unreachable!("parsed `overload`"),
+            }
+        };
+        let a = parse(&[]);
+        assert_eq!(a.variants, ["quota-on", "quota-off", "pinned-on"]);
+        assert!(a.validate().is_ok());
+        assert!(parse(&["--variants", "quota-maybe"]).validate().is_err());
+        assert!(parse(&["--variants", "warp-on"]).validate().is_err());
+        assert!(parse(&["--cpu-quota", "1.5"]).validate().is_err());
     }
 
     #[test]

@@ -73,7 +73,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         args.calls
     );
 
-    let report = callgate_load::run(load_config(&args, rig.media_url())).await;
+    let run = callgate_load::run(load_config(&args, rig.media_url()));
+    let report = tokio::select! {
+        report = run => report,
+        sig = callgate_rig::stop_requested() => return cut_short(rig, sig?).await,
+    };
     let mut out = std::io::stdout().lock();
     report.print_calls(&mut out)?;
     writeln!(out)?;
@@ -95,12 +99,29 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `--serve`: the page's URL, then the stack until Ctrl-C.
+/// The calls were cut short by a stop signal: the stack is stopped in
+/// order all the same (a second signal forces the exit), and the exit
+/// status says which signal it was.
+async fn cut_short(rig: InProcess, sig: callgate_rig::StopSignal) -> anyhow::Result<ExitCode> {
+    eprintln!(
+        "{}: stopping the demo's server, simulators and Postgres …",
+        sig.name()
+    );
+    callgate_rig::force_on_second_signal();
+    let left = rig.stop(SHUTDOWN_DEADLINE).await?;
+    print_receipts(&left);
+    Ok(ExitCode::from(sig.exit_status()))
+}
+
+/// `--serve`: the page's URL, then the stack until a stop signal (Ctrl-C,
+/// SIGTERM, SIGHUP) — serving is the job, so a clean stop exits 0.
 async fn serve_page(rig: InProcess) -> anyhow::Result<ExitCode> {
     println!("callgate is up. Call the bot from a browser on this machine:");
     println!("  http://{}/call", rig.server.addr);
-    println!("(WebRTC open on loopback; Ctrl-C stops everything.)");
-    tokio::signal::ctrl_c().await?;
+    println!("(WebRTC open on loopback; Ctrl-C or SIGTERM stops everything.)");
+    let sig = callgate_rig::stop_requested().await?;
+    eprintln!("{}: stopping …", sig.name());
+    callgate_rig::force_on_second_signal();
     let left = rig.stop(SHUTDOWN_DEADLINE).await?;
     print_receipts(&left);
     Ok(if left.is_clean() {

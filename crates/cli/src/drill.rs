@@ -261,26 +261,17 @@ async fn spawned(
     // Postgres or HAProxy is left behind. No receipt is written then.
     let receipt = tokio::select! {
         r = d.run(&args.out, key) => r.map_err(anyhow::Error::from),
-        () = interrupted() => Err(anyhow::anyhow!("interrupted: the drill was stopped before its receipt")),
+        sig = callgate_rig::stop_requested() => {
+            callgate_rig::force_on_second_signal();
+            Err(anyhow::anyhow!("interrupted ({}): the drill was stopped before its receipt", signal_name(sig)))
+        }
     };
     stack.stop().await;
     receipt
 }
 
-/// SIGINT or SIGTERM.
-async fn interrupted() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = term => {}
-    }
+fn signal_name(sig: std::io::Result<callgate_rig::StopSignal>) -> &'static str {
+    sig.map_or("a signal", callgate_rig::StopSignal::name)
 }
 
 struct Stack {

@@ -65,7 +65,11 @@ pub async fn run(args: SimArgs) -> anyhow::Result<ExitCode> {
         "Cartesia ws://{}/tts/websocket  (stats: http://{}/stats)",
         a.cartesia, a.cartesia
     );
-    tokio::signal::ctrl_c().await?;
+    // The simulators run in this process and start no children; they stop
+    // the way every command that does is stopped.
+    let sig = callgate_rig::stop_requested().await?;
+    eprintln!("{}: stopping the simulators", sig.name());
+    callgate_rig::force_on_second_signal();
     sims.shutdown().await?;
     Ok(ExitCode::SUCCESS)
 }

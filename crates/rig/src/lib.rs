@@ -16,6 +16,8 @@
 //!   `callgate` binary (`callgate sim`, `callgate serve --config`), each with
 //!   its own log, CPU time and memory (`callgate bench`, the SIGHUP/SIGTERM
 //!   test), and [`ChildProcess`], one such child.
+//! - [`stop_requested`]: how every command that starts children is
+//!   stopped (SIGINT, SIGTERM or SIGHUP; a second one forces the exit).
 //! - [`ports`]: loopback ports for child processes that no other test
 //!   process is handed at the same time.
 //! - [`haproxy`]: the production `deploy/haproxy/haproxy.cfg` run unchanged
@@ -54,6 +56,7 @@ mod in_process;
 pub mod ports;
 pub mod process;
 mod processes;
+mod stop;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -67,6 +70,7 @@ pub use database::Database;
 pub use in_process::{InProcess, InProcessOptions, Leftovers};
 pub use processes::{ProcessOptions, Processes};
 pub use state_store::Frozen;
+pub use stop::{StopSignal, force_on_second_signal, stop_requested};
 
 /// The server's configuration on embedded defaults, pointed at simulators
 /// listening on `sims`, at the database `conninfo`, with its ledger owner

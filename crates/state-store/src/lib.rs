@@ -88,6 +88,7 @@ mod ids;
 pub mod local;
 mod migrate;
 pub mod ownership;
+mod reaper;
 pub mod reconcile;
 mod rows;
 mod store;

@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::config::StoreConfig;
 use crate::error::StoreError;
 use crate::freeze::Frozen;
+use crate::reaper::Reaper;
 
 /// Unix socket paths are limited to ~107 bytes; leave room for
 /// `/sock/.s.PGSQL.NNNNN`.
@@ -57,6 +58,9 @@ pub struct LocalPostgres {
     /// Running as root: commands go through `runuser -u postgres --`.
     as_postgres: bool,
     running: bool,
+    /// Stops the cluster and removes `base` if this process dies without
+    /// running `Drop` (see `reaper`). `None` once dismissed.
+    reaper: Option<Reaper>,
 }
 
 impl LocalPostgres {
@@ -76,8 +80,16 @@ impl LocalPostgres {
             port: opts.port,
             as_postgres: running_as_root(),
             running: false,
+            reaper: None,
         };
-        // From here on, Drop removes the directory if a step fails.
+        // From here on, Drop removes the directory if a step fails, and the
+        // reaper does if this process dies without dropping.
+        let reaper = Reaper::spawn(&pg.base, &pg.data, &pg.bin.join("pg_ctl"), pg.as_postgres)
+            .map_err(|e| StoreError::LocalPostgres {
+                step: "start the orphan guard",
+                detail: format!("sh: {e}"),
+            })?;
+        pg.reaper = Some(reaper);
         pg.make_dirs()?;
         pg.initdb()?;
         pg.pg_ctl_start(&opts)?;
@@ -154,10 +166,21 @@ impl LocalPostgres {
         } else {
             Ok(())
         };
-        let removed = fs::remove_dir_all(&self.base).map_err(|e| StoreError::LocalPostgres {
-            step: "remove directory",
-            detail: format!("{}: {e}", self.base.display()),
-        });
+        let removed = match fs::remove_dir_all(&self.base) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(StoreError::LocalPostgres {
+                step: "remove directory",
+                detail: format!("{}: {e}", self.base.display()),
+            }),
+            _ => Ok(()),
+        };
+        // Only when both worked is the reaper's job done; otherwise it stays
+        // armed and tries again when this process exits.
+        if stopped.is_ok()
+            && removed.is_ok()
+            && let Some(reaper) = self.reaper.take()
+        {
+            reaper.dismiss();
+        }
         stopped.and(removed)
     }
 

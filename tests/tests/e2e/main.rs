@@ -18,6 +18,7 @@ mod db_freeze;
 mod db_stall;
 mod drill;
 mod haproxy;
+mod instance_ceiling;
 mod interleavings;
 mod kubernetes;
 mod one_call;

@@ -153,6 +153,7 @@ impl InteractionArgs {
             queue_max: 100,
             queue_timeout_ms: 4_000,
             stt_empty_finals: 0.0,
+            instance_max_lag_ms: 25,
         }
     }
 
@@ -216,12 +217,15 @@ struct Report<'a> {
 /// an error but the exit code.
 pub async fn run(args: InteractionArgs) -> anyhow::Result<ExitCode> {
     args.validate()?;
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let stop = callgate_rig::stop_requested();
+    tokio::pin!(stop);
     let caps = args.caps();
     let mut rig = tokio::select! {
         rig = Rig::start(&caps) => rig?,
-        _ = &mut ctrl_c => bail!("interrupted while starting"),
+        _ = &mut stop => {
+            callgate_rig::force_on_second_signal();
+            bail!("interrupted while starting")
+        }
     };
     rig.generator_nice = priority::lower_own(args.generator_nice)
         .context("lowering the generator's priority (--generator-nice 0 skips it)")?;
@@ -229,7 +233,10 @@ pub async fn run(args: InteractionArgs) -> anyhow::Result<ExitCode> {
     let mut results = Vec::new();
     let outcome = tokio::select! {
         r = run_all(&mut rig, &args, targets, &mut results) => r,
-        _ = &mut ctrl_c => Err(anyhow::anyhow!("interrupted")),
+        _ = &mut stop => {
+            callgate_rig::force_on_second_signal();
+            Err(anyhow::anyhow!("interrupted"))
+        }
     };
     let logs = rig.log_dir().to_path_buf();
     rig.stop().await;

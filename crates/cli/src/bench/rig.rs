@@ -64,6 +64,10 @@ pub struct Caps {
     /// do on a bad day (the simulator's `stt.empty_finals`).
     #[arg(long, default_value_t = 0.0)]
     pub stt_empty_finals: f64,
+    /// `admission.max_lag_ms`: the instance ceiling's lateness bound (0 off;
+    /// the server's default is 25).
+    #[arg(long, default_value_t = 25)]
+    pub instance_max_lag_ms: u64,
 }
 
 impl Caps {
@@ -115,6 +119,7 @@ impl Caps {
         cfg.stt.max_sessions = self.stt_cap;
         cfg.tts.max_sessions = self.tts_cap;
         cfg.dialog.max_streams = self.dialog_cap;
+        cfg.admission.max_lag_ms = self.instance_max_lag_ms;
         cfg.log.filter = "warn".to_string();
     }
 }
@@ -209,15 +214,21 @@ pub async fn with_rig(
     logs: &str,
     body: impl AsyncFnOnce(&mut Rig) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let stop = callgate_rig::stop_requested();
+    tokio::pin!(stop);
     let mut rig = tokio::select! {
         rig = start => rig?,
-        _ = &mut ctrl_c => bail!("interrupted while starting"),
+        _ = &mut stop => {
+            callgate_rig::force_on_second_signal();
+            bail!("interrupted while starting")
+        }
     };
     let outcome = tokio::select! {
         r = body(&mut rig) => r,
-        _ = &mut ctrl_c => Err(anyhow::anyhow!("interrupted")),
+        _ = &mut stop => {
+            callgate_rig::force_on_second_signal();
+            Err(anyhow::anyhow!("interrupted"))
+        }
     };
     let dir = rig.log_dir().to_path_buf();
     rig.stop().await;
@@ -561,6 +572,27 @@ impl Rig {
             .context("reading the server's receipts")
     }
 
+    /// The server's, the simulators' and the throwaway Postgres's
+    /// (postmaster; `None` for `CALLGATE_DATABASE_URL`) process ids.
+    pub fn pids(&self) -> (u32, u32, Option<u32>) {
+        let pg = self.procs.database().local_postgres();
+        (
+            self.procs.server.pid(),
+            self.procs.sims.pid(),
+            pg.and_then(|p| p.pid().ok()),
+        )
+    }
+
+    /// The server's `/metrics` text.
+    ///
+    /// # Errors
+    /// The server did not answer.
+    pub async fn metrics_text(&self) -> anyhow::Result<String> {
+        let url = format!("{}/metrics", self.procs.base_url());
+        let res = self.procs.http().get(url).send().await?;
+        Ok(res.error_for_status()?.text().await?)
+    }
+
     /// Stops the server (drain + flush), the simulators, then Postgres.
     pub async fn stop(self) {
         let Rig { procs, store, .. } = self;
@@ -598,6 +630,7 @@ mod tests {
             queue_max: 100,
             queue_timeout_ms: 4_000,
             stt_empty_finals: 0.0,
+            instance_max_lag_ms: 25,
         }
     }
 

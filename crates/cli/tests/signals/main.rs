@@ -11,3 +11,4 @@ mod drill;
 mod image;
 mod owner;
 mod reload;
+mod stop;
