@@ -20,6 +20,12 @@
 ARG RUST_VERSION=1.95
 
 FROM rust:${RUST_VERSION}-slim-bookworm AS build
+# The slim image has gcc and libc6-dev but no cmake or make: the opus crate builds
+# its bundled libopus with cmake (aws-lc and ring need only the C compiler).
+# Versions pinned to bookworm's.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends cmake=3.25.1-1 make=4.3-4.1 \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 # The registry and the target directory are build caches, not layers: the binary is

@@ -129,6 +129,8 @@ pub struct OverloadRow {
     pub silent_admitted: usize,
     pub refused_instance: usize,
     pub refused_other: usize,
+    /// Every refusal by its reason (`queue_full`, `setup_failed:db`, …).
+    pub refused_by_reason: std::collections::BTreeMap<String, usize>,
     /// Refused callers who did not hear the overflow prompt.
     pub refused_unheard: usize,
     /// The watchdog's stalls, by culprit (`instance`, `dialog`, `tts`, …).
@@ -274,6 +276,7 @@ async fn one_run(
         silent_admitted: 0,
         refused_instance: 0,
         refused_other: 0,
+        refused_by_reason: std::collections::BTreeMap::new(),
         refused_unheard: 0,
         stalls: ["instance", "dialog", "tts", "stt", "tool", "carrier_media"]
             .iter()
@@ -308,6 +311,7 @@ async fn one_run(
                 prompt_heard,
                 ..
             } => {
+                *row.refused_by_reason.entry(reason.clone()).or_default() += 1;
                 if reason == "instance_overloaded" {
                     row.refused_instance += 1;
                 } else {
@@ -357,7 +361,15 @@ fn header() -> String {
 }
 
 fn format_row(r: &OverloadRow) -> String {
-    let stalls: Vec<String> = r.stalls.iter().map(|(c, n)| format!("{c}×{n}")).collect();
+    let mut stalls: Vec<String> = r.stalls.iter().map(|(c, n)| format!("{c}×{n}")).collect();
+    let refused: Vec<String> = r
+        .refused_by_reason
+        .iter()
+        .map(|(why, n)| format!("{why}×{n}"))
+        .collect();
+    if !refused.is_empty() {
+        stalls.push(format!("| refused: {}", refused.join(" ")));
+    }
     format!(
         "{:<26} {:>3} {:>7} {:>8} {:>7} {:>9} {:>7} {:>8} {:>5} {:>6} {:>6.2} {:>5.2}  {}{}",
         r.variant,
@@ -445,6 +457,7 @@ mod tests {
             silent_admitted: 2,
             refused_instance: 0,
             refused_other: 0,
+            refused_by_reason: std::collections::BTreeMap::new(),
             refused_unheard: 0,
             stalls: vec![("tts".into(), 3)],
             heartbeat_failures: 1,
