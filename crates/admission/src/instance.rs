@@ -61,6 +61,22 @@ impl InstanceConfig {
         window: Duration::from_secs(2),
     };
 
+    /// The bound a stall is judged against when the ceiling is off: the
+    /// pacer's default lead (60 ms of audio sent ahead), past which the
+    /// carrier's buffer runs dry and the caller hears a gap.
+    pub const DIAGNOSIS_BOUND: Duration = Duration::from_millis(60);
+
+    /// The lateness beyond which a stall is the instance's: `max_lag` when
+    /// the ceiling is on, [`InstanceConfig::DIAGNOSIS_BOUND`] otherwise.
+    #[must_use]
+    pub fn blame_bound(&self) -> Duration {
+        if self.is_on() {
+            self.max_lag
+        } else {
+            Self::DIAGNOSIS_BOUND
+        }
+    }
+
     /// True when the ceiling is in force.
     #[must_use]
     pub fn is_on(&self) -> bool {
@@ -152,12 +168,14 @@ impl InstanceCeiling {
         self.cfg
     }
 
-    /// Hot reload. Switching it off clears the ceiling at once; a new bound
-    /// applies from the next sample.
+    /// Hot reload. Switching it off clears the ceiling at once (the window
+    /// of samples is kept); a new bound applies from the next sample.
     pub fn set_config(&mut self, cfg: InstanceConfig, now: Instant) {
         self.cfg = cfg;
         if !cfg.is_on() {
-            *self = Self::new(cfg, now);
+            self.state = InstanceState::Healthy;
+            self.ceiling = None;
+            self.changed_at = now;
         }
     }
 
@@ -188,13 +206,15 @@ impl InstanceCeiling {
         configured: u32,
     ) -> (InstanceState, InstanceState) {
         let before = self.state;
-        if !self.cfg.is_on() {
-            return (before, before);
-        }
+        // The window is kept even when the ceiling is off: the p99 is still
+        // reported, and still names the instance when a stall coincides.
         self.slide(now, active);
         if let Some(slice) = self.slices.back_mut() {
             slice.lag.merge(lag);
             slice.min_active = slice.min_active.min(active);
+        }
+        if !self.cfg.is_on() {
+            return (before, before);
         }
         if let Some(p99) = self.view().p99 {
             self.step(now, p99, active, configured);

@@ -30,7 +30,8 @@ pub const FEED_EVERY: Duration = Duration::from_millis(200);
 #[derive(Debug)]
 pub struct LagMeter {
     counts: [AtomicU32; LAG_BUCKETS],
-    /// The window's p99 was above `admission.max_lag_ms` at the last feed:
+    /// The window's p99 was above `admission.max_lag_ms` (or, with the
+    /// ceiling off, the 60 ms diagnosis bound) at the last feed:
     /// a stall now is the instance's fault before it is a provider's.
     over_bound: AtomicBool,
 }
@@ -66,8 +67,8 @@ impl LagMeter {
     /// bound. Returns the gate's view.
     pub fn feed(&self, gate: &Gate, now: Instant) -> InstanceView {
         let view = gate.observe_lag(&self.take(), now);
-        let bound = gate.config().instance.max_lag;
-        let over = gate.config().instance.is_on() && view.p99.is_some_and(|p| p > bound);
+        let bound = gate.config().instance.blame_bound();
+        let over = view.p99.is_some_and(|p| p > bound);
         self.over_bound.store(over, Ordering::Relaxed);
         view
     }

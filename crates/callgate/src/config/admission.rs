@@ -47,7 +47,8 @@ pub struct AdmissionConfig {
     pub queue_timeout_ms: u64,
     /// The instance ceiling: p99 lateness of the 20 ms media clock (the
     /// runtime's ticker and the calls' frame deadlines) above which the
-    /// instance stops admitting. 0 turns it off.
+    /// instance stops admitting. 0 turns it off. Default 60: the pacer's
+    /// lead — later than that, the carrier's buffer runs dry.
     pub max_lag_ms: u64,
     /// The window that p99 is taken over.
     pub lag_window_ms: u64,
@@ -64,7 +65,7 @@ impl Default for AdmissionConfig {
             headroom: 2,
             queue_max: 100,
             queue_timeout_ms: 4_000,
-            max_lag_ms: 25,
+            max_lag_ms: 60,
             lag_window_ms: 2_000,
             max_setups: MaxSetups::Auto(AutoTag::Auto),
         }

@@ -153,7 +153,7 @@ impl InteractionArgs {
             queue_max: 100,
             queue_timeout_ms: 4_000,
             stt_empty_finals: 0.0,
-            instance_max_lag_ms: 25,
+            instance_max_lag_ms: 60,
         }
     }
 

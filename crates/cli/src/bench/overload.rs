@@ -51,7 +51,7 @@ pub struct OverloadArgs {
     #[arg(long, default_value_t = 0.3)]
     pub cpu_quota: f64,
     /// `admission.max_lag_ms` in `*-on` variants.
-    #[arg(long, default_value_t = 25)]
+    #[arg(long, default_value_t = 60)]
     pub max_lag_ms: u64,
     /// Variants, in order: `quota-on`, `quota-off`, `burner-on`,
     /// `burner-off`, `pinned-on`, `pinned-off` (squeeze, then the instance
@@ -139,6 +139,9 @@ pub struct OverloadRow {
     pub instance_trips: u64,
     pub server_cores: f64,
     pub sims_cores: f64,
+    /// Highest p99 lateness of the server's media clock seen in
+    /// `/admin/status` during the run, ms.
+    pub peak_lag_p99_ms: f64,
     /// `None` when the generator kept its media clock; why not otherwise.
     pub invalid: Option<String>,
 }
@@ -299,6 +302,7 @@ async fn one_run(
         instance_trips: delta("callgate_instance_overload_trips_total", "").max(0.0) as u64,
         server_cores: res.server_cpu_s / res.wall_s.max(1e-9),
         sims_cores: res.sims_cpu_s / res.wall_s.max(1e-9),
+        peak_lag_p99_ms: res.peaks.lag_p99_us as f64 / 1e3,
         invalid: rig::generator_lag(
             &report.summary,
             callgate_load::MAX_FRAME_LAG.as_millis() as u64,
@@ -344,7 +348,7 @@ fn metric(text: &str, name: &str, label: &str) -> f64 {
 
 fn header() -> String {
     format!(
-        "{:<26} {:>3} {:>7} {:>8} {:>7} {:>9} {:>7} {:>8} {:>5} {:>6} {:>6} {:>5}  stalls by culprit",
+        "{:<26} {:>3} {:>7} {:>8} {:>7} {:>9} {:>7} {:>8} {:>5} {:>6} {:>6} {:>5} {:>8}  stalls by culprit",
         "variant",
         "run",
         "offered",
@@ -356,7 +360,8 @@ fn header() -> String {
         "hb",
         "trips",
         "srv c",
-        "sim c"
+        "sim c",
+        "lag p99"
     )
 }
 
@@ -371,7 +376,7 @@ fn format_row(r: &OverloadRow) -> String {
         stalls.push(format!("| refused: {}", refused.join(" ")));
     }
     format!(
-        "{:<26} {:>3} {:>7} {:>8} {:>7} {:>9} {:>7} {:>8} {:>5} {:>6} {:>6.2} {:>5.2}  {}{}",
+        "{:<26} {:>3} {:>7} {:>8} {:>7} {:>9} {:>7} {:>8} {:>5} {:>6} {:>6.2} {:>5.2} {:>8.0}  {}{}",
         r.variant,
         r.run,
         r.offered,
@@ -384,6 +389,7 @@ fn format_row(r: &OverloadRow) -> String {
         r.instance_trips,
         r.server_cores,
         r.sims_cores,
+        r.peak_lag_p99_ms,
         stalls.join(" "),
         r.invalid
             .as_ref()
@@ -464,6 +470,7 @@ mod tests {
             instance_trips: 0,
             server_cores: 0.3,
             sims_cores: 0.0,
+            peak_lag_p99_ms: 0.0,
             invalid: None,
         };
         assert_eq!(row.failures(true).len(), 3);

@@ -65,8 +65,8 @@ pub struct Caps {
     #[arg(long, default_value_t = 0.0)]
     pub stt_empty_finals: f64,
     /// `admission.max_lag_ms`: the instance ceiling's lateness bound (0 off;
-    /// the server's default is 25).
-    #[arg(long, default_value_t = 25)]
+    /// the server's default is 60).
+    #[arg(long, default_value_t = 60)]
     pub instance_max_lag_ms: u64,
 }
 
@@ -630,7 +630,7 @@ mod tests {
             queue_max: 100,
             queue_timeout_ms: 4_000,
             stt_empty_finals: 0.0,
-            instance_max_lag_ms: 25,
+            instance_max_lag_ms: 60,
         }
     }
 

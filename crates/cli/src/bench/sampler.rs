@@ -23,6 +23,9 @@ pub struct Peaks {
     pub queued: u64,
     /// RSS samples taken (a run with none measured nothing).
     pub samples: u64,
+    /// Highest p99 lateness of the server's media clock `/admin/status`
+    /// reported, µs.
+    pub lag_p99_us: u64,
 }
 
 impl Peaks {
@@ -30,6 +33,10 @@ impl Peaks {
         let get = |k: &str| status["admission"][k].as_u64().unwrap_or(0);
         self.active = self.active.max(get("active"));
         self.queued = self.queued.max(get("queued"));
+        let lag_ms = status["admission"]["instance"]["lag_p99_ms"]
+            .as_f64()
+            .unwrap_or(0.0);
+        self.lag_p99_us = self.lag_p99_us.max((lag_ms * 1e3) as u64);
     }
 }
 
