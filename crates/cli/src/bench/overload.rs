@@ -22,7 +22,7 @@
 //! ```text
 //! callgate bench overload --cpu-quota 0.3 --repeat 3 \
 //!     --stt-cap 2000 --tts-cap 2000 --dialog-cap 2000 --db-max-calls 2000
-//! callgate bench overload --variants burner-on,burner-off
+//! callgate bench overload --variants burner-on,burner-off --burners 6
 //! ```
 
 use std::process::ExitCode;
@@ -50,6 +50,9 @@ pub struct OverloadArgs {
     /// The server's CPU quota for `quota-*` variants, as a share of a core.
     #[arg(long, default_value_t = 0.3)]
     pub cpu_quota: f64,
+    /// CPU burners beside the server in `burner-*` variants.
+    #[arg(long, default_value_t = 6)]
+    pub burners: u32,
     /// `admission.max_lag_ms` in `*-on` variants.
     #[arg(long, default_value_t = 60)]
     pub max_lag_ms: u64,
@@ -87,7 +90,7 @@ impl OverloadArgs {
                 let (squeeze, ceiling) = v.split_once('-').unwrap_or((v, ""));
                 let how = match squeeze {
                     "quota" => How::Quota(self.cpu_quota),
-                    "burner" => How::Burner,
+                    "burner" => How::Burners(self.burners),
                     "pinned" => How::Pinned,
                     other => bail!("unknown squeeze {other:?} in --variants"),
                 };
@@ -112,6 +115,9 @@ impl OverloadArgs {
         let v = self.variants()?;
         if v.is_empty() {
             bail!("--variants names no variant");
+        }
+        if self.burners == 0 && v.iter().any(|v| v.how == How::Burners(0)) {
+            bail!("--burners must be at least 1 for a burner variant");
         }
         Ok(v)
     }

@@ -26,8 +26,9 @@ const CPU_CGROUP_ROOT: &str = "/sys/fs/cgroup/cpu";
 pub enum How {
     /// Pinned to core 0 with this share of it (0 < share ≤ 1).
     Quota(f64),
-    /// Pinned to core 0 beside a process that burns it.
-    Burner,
+    /// Pinned to core 0 beside this many processes that burn it (CFS
+    /// then gives the server about 1 / (n + 1) of the core).
+    Burners(u32),
     /// Pinned to core 0, nothing else: the unthrottled reference.
     Pinned,
 }
@@ -37,7 +38,7 @@ impl How {
     pub fn label(&self) -> String {
         match self {
             How::Quota(q) => format!("quota {q:.2}"),
-            How::Burner => "burner".into(),
+            How::Burners(n) => format!("{n} burners"),
             How::Pinned => "pinned".into(),
         }
     }
@@ -47,7 +48,7 @@ impl How {
 #[derive(Debug)]
 pub struct Squeeze {
     group: Option<PathBuf>,
-    burner: Option<Child>,
+    burners: Vec<Child>,
 }
 
 /// Pins every thread of `pid` to `cpus` (a `taskset` list such as `0`).
@@ -111,11 +112,15 @@ impl Squeeze {
         pin(server, "0")?;
         let mut s = Squeeze {
             group: None,
-            burner: None,
+            burners: Vec::new(),
         };
         match how {
             How::Quota(share) => s.group = Some(quota_group(server, share)?),
-            How::Burner => s.burner = Some(burner()?),
+            How::Burners(n) => {
+                for _ in 0..n {
+                    s.burners.push(burner()?);
+                }
+            }
             How::Pinned => {}
         }
         Ok(s)
@@ -152,7 +157,7 @@ fn burner() -> anyhow::Result<Child> {
 
 impl Drop for Squeeze {
     fn drop(&mut self) {
-        if let Some(mut b) = self.burner.take() {
+        for mut b in self.burners.drain(..) {
             let _ = b.kill();
             let _ = b.wait();
         }
