@@ -211,48 +211,48 @@ impl CallServices {
     pub fn instance(&self) -> String {
         self.cfg().server.instance.clone()
     }
+}
 
-    /// STT session settings for one call, in the leg's own format.
-    pub fn stt_config(&self, format: LegFormat) -> stt_client::SttConfig {
-        let c = &self.cfg().stt;
-        let (encoding, sample_rate) = format.stt();
-        stt_client::SttConfig {
-            url: c.url.clone(),
-            api_key: c.api_key.clone(),
-            model: c.model.clone(),
-            language: c.language.clone(),
-            encoding,
-            sample_rate,
-            interim_results: true,
-            endpointing_ms: Some(c.endpointing_ms),
-            utterance_end_ms: Some(c.utterance_end_ms),
-            vad_events: true,
-            connect_timeout: ms(c.connect_timeout_ms),
-            keepalive_interval: Duration::from_secs(4),
-            close_timeout: ms(c.close_timeout_ms),
-            reconnect: c.reconnect,
-        }
+/// STT session settings for one call, in the leg's own format.
+pub fn stt_config(cfg: &Config, format: LegFormat) -> stt_client::SttConfig {
+    let c = &cfg.stt;
+    let (encoding, sample_rate) = format.stt();
+    stt_client::SttConfig {
+        url: c.url.clone(),
+        api_key: c.api_key.clone(),
+        model: c.model.clone(),
+        language: c.language.clone(),
+        encoding,
+        sample_rate,
+        interim_results: true,
+        endpointing_ms: Some(c.endpointing_ms),
+        utterance_end_ms: Some(c.utterance_end_ms),
+        vad_events: true,
+        connect_timeout: ms(c.connect_timeout_ms),
+        keepalive_interval: Duration::from_secs(4),
+        close_timeout: ms(c.close_timeout_ms),
+        reconnect: c.reconnect,
     }
+}
 
-    /// TTS socket settings for one call, in the format the leg plays as is.
-    pub fn tts_config(&self, format: LegFormat) -> tts_client::TtsConfig {
-        let c = &self.cfg().tts;
-        tts_client::TtsConfig {
-            provider: c.provider,
-            base_url: c.base_url.clone(),
-            voice_id: c.voice_id.clone(),
-            model_id: c
-                .model_id
-                .clone()
-                .unwrap_or_else(|| c.provider.default_model().to_owned()),
-            api_key: c.api_key.clone(),
-            cartesia_version: c.cartesia_version.clone(),
-            reconnect: c.reconnect,
-            output_format: format.tts(),
-            connect_timeout: ms(c.connect_timeout_ms),
-            keepalive_interval: ms(c.keepalive_ms),
-            close_timeout: ms(c.close_timeout_ms),
-        }
+/// TTS socket settings for one call, in the format the leg plays as is.
+pub fn tts_config(cfg: &Config, format: LegFormat) -> tts_client::TtsConfig {
+    let c = &cfg.tts;
+    tts_client::TtsConfig {
+        provider: c.provider,
+        base_url: c.base_url.clone(),
+        voice_id: c.voice_id.clone(),
+        model_id: c
+            .model_id
+            .clone()
+            .unwrap_or_else(|| c.provider.default_model().to_owned()),
+        api_key: c.api_key.clone(),
+        cartesia_version: c.cartesia_version.clone(),
+        reconnect: c.reconnect,
+        output_format: format.tts(),
+        connect_timeout: ms(c.connect_timeout_ms),
+        keepalive_interval: ms(c.keepalive_ms),
+        close_timeout: ms(c.close_timeout_ms),
     }
 }
 

@@ -90,9 +90,7 @@ fn exists(root: &Path, path: &str) -> bool {
         None => (root.to_path_buf(), &path[..star]),
     };
     std::fs::read_dir(dir).is_ok_and(|mut es| {
-        es.any(|e| {
-            e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with(prefix))
-        })
+        es.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with(prefix)))
     })
 }
 

@@ -28,6 +28,7 @@ mod partner;
 mod partner_bad_input;
 mod receipts;
 mod reconnect;
+mod reload_mid_call;
 mod resume;
 mod retention;
 mod sessions;

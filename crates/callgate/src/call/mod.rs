@@ -96,6 +96,9 @@ pub struct CallActor<L: Leg> {
     recovery: Recovery,
     setup_ms: u64,
     transfer_target: Option<String>,
+    /// The configuration this call runs on, taken at admission
+    /// (`CallInfo::cfg`); the receipt reads it too.
+    cfg: Arc<crate::config::Config>,
 }
 
 impl<L: Leg> CallActor<L> {
@@ -106,10 +109,11 @@ impl<L: Leg> CallActor<L> {
         res: Resources,
         rec: Recorder,
         setup_ms: u64,
-        transfer_target: Option<String>,
+        info: &setup::CallInfo,
     ) -> Self {
         leg.want_audio();
-        let cfg = app.cfg();
+        let cfg = Arc::clone(&info.cfg);
+        let transfer_target = info.arrival.transfer_target.clone();
         let now = Instant::now();
         let tools = ToolRunner::new(
             app.http.clone(),
@@ -139,6 +143,7 @@ impl<L: Leg> CallActor<L> {
             recovery: Recovery::new(Some(Arc::clone(&app.counters))),
             setup_ms,
             transfer_target,
+            cfg,
             app,
         }
     }

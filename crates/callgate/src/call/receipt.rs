@@ -72,7 +72,6 @@ pub fn media_json(
 /// Closes everything (bounded), releases the permit, writes the receipt.
 pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
     let CallActor {
-        app,
         permit,
         leg,
         core,
@@ -83,6 +82,7 @@ pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
         mut recovery,
         setup_ms,
         transfer_target,
+        cfg,
         ..
     } = actor;
     drop(speaking);
@@ -94,7 +94,7 @@ pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
         rec.stage(Stage::DisconnectObserved, end.at);
     }
     tools.cancel_all();
-    let bound = crate::config::ms(app.cfg().call.teardown_timeout_ms);
+    let bound = crate::config::ms(cfg.call.teardown_timeout_ms);
     let format = leg.format();
     let stt_dropped = res.stt.0.dropped_audio_frames();
     let media = media_json(
@@ -138,7 +138,9 @@ pub async fn teardown<L: Leg>(actor: CallActor<L>, end: End) {
     let tally = permit.tally();
     let admitted_at = permit.admitted_at();
     let waited = permit.waited();
-    if app.cfg().faults.leak_permits {
+    // The call's own configuration: a reload during the call changes the
+    // next call, never this one's teardown.
+    if cfg.faults.leak_permits {
         // The deliberate defect of `[faults] leak_permits`: the slot is
         // never given back, and the delta below shows it.
         std::mem::forget(permit);

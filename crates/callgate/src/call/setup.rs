@@ -1,6 +1,7 @@
 //! Opening a call's four connections in parallel, each with its own deadline
 //! (docs/design.md principle 3). Whatever opened is released if anything fails.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use admission::PartnerId;
@@ -8,7 +9,7 @@ use state_store::{CallId, NewCall, OwnerEpoch};
 
 use super::labels::{Labels, Transport, opening_stats};
 use crate::app::CallServices;
-use crate::config::ms;
+use crate::config::{Config, ms};
 use crate::end::EndReason;
 pub use crate::end::Resource;
 use crate::leg::{Ingress, LegFormat};
@@ -65,11 +66,16 @@ pub struct Arrival {
     pub labels: Labels,
 }
 
-/// An admitted call: its arrival and its admission.
+/// An admitted call: its arrival, its admission, and the one configuration
+/// it runs on.
 pub struct CallInfo {
     pub arrival: Arrival,
     pub admitted_at: Instant,
     pub admission_wait: Duration,
+    /// Taken once, at admission: setup, the call and its receipt read this,
+    /// never the live configuration, so a reload changes the next call and
+    /// never hands this one two configurations.
+    pub cfg: Arc<Config>,
 }
 
 fn describe<E: std::fmt::Display>(
@@ -88,12 +94,12 @@ pub async fn open(
     info: &CallInfo,
     clock: &super::record::CallClock,
 ) -> Result<Resources, SetupFailure> {
-    let cfg = app.cfg();
+    let cfg = &info.cfg;
     let a = &info.arrival;
     let label = a.call_id.to_string();
     // STT and TTS speak the leg's own format: no call is transcoded twice.
-    let stt_cfg = app.stt_config(a.format);
-    let tts_cfg = app.tts_config(a.format);
+    let stt_cfg = crate::app::stt_config(cfg, a.format);
+    let tts_cfg = crate::app::tts_config(cfg, a.format);
     let new_call = NewCall {
         call_id: a.call_id,
         ingress: a.ingress.as_str().to_string(),

@@ -74,6 +74,8 @@ pub async fn run<L: Leg>(app: Arc<CallServices>, mut leg: L, arrival: Arrival) {
             return;
         }
     };
+    // The one configuration this call runs on, from its admission on.
+    let cfg = app.cfg();
     // Names this call to the reconciler for as long as it runs here.
     let _live = app.live.enter(arrival.call_id);
     if let Err(ev) = leg.open_media().await {
@@ -84,7 +86,7 @@ pub async fn run<L: Leg>(app: Arc<CallServices>, mut leg: L, arrival: Arrival) {
             LegEvent::Violation(v) => Finish::Refuse(v),
             _ => Finish::Release,
         };
-        let bound = crate::config::ms(app.cfg().call.teardown_timeout_ms);
+        let bound = crate::config::ms(cfg.call.teardown_timeout_ms);
         leg.finish(how, bound).await;
         return;
     }
@@ -96,6 +98,7 @@ pub async fn run<L: Leg>(app: Arc<CallServices>, mut leg: L, arrival: Arrival) {
         admitted_at: permit.admitted_at(),
         admission_wait: permit.waited(),
         arrival,
+        cfg,
     };
     set_up_and_run(app, leg, permit, info).await;
 }
@@ -246,8 +249,7 @@ async fn set_up_and_run<L: Leg>(
         Err(failure) => setup_failed(&app, leg, permit, &info, clock, failure, hangup).await,
         Ok(res) => {
             let rec = Recorder::new(app.writes.clone(), info.arrival.call_id, res.epoch, clock);
-            let target = info.arrival.transfer_target.clone();
-            let actor = CallActor::new(Arc::clone(&app), permit, leg, res, rec, setup_ms, target);
+            let actor = CallActor::new(Arc::clone(&app), permit, leg, res, rec, setup_ms, &info);
             match hangup {
                 None => actor.run().await,
                 Some(end) => actor.end_before_start(end).await,
@@ -311,7 +313,7 @@ async fn setup_failed<L: Leg>(
     } else if let EndReason::SetupFailed(r) = reason {
         record_refusal(app, a, Refusal::SetupFailed(r), info.admission_wait);
     }
-    let bound = crate::config::ms(app.cfg().call.teardown_timeout_ms);
+    let bound = crate::config::ms(info.cfg.call.teardown_timeout_ms);
     let (peer_left_at, forced) = match &hangup {
         Some(end) => (
             Some(end.at),
