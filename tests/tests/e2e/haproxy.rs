@@ -201,7 +201,7 @@ async fn a_drained_instance_gets_no_new_calls_through_haproxy_and_drops_none() {
 /// the documented variables: the connection limit follows the limit
 /// (about half: two descriptors per proxied connection), and never asks
 /// for more than `fd-hard-limit` allows. A pinned `VOICE_MAXCONN` the
-/// limit cannot hold stops HAProxy at start, as the README warns.
+/// limit cannot hold stops HAProxy at start, as `deploy/haproxy/README.md` warns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn haproxy_starts_with_the_shipped_defaults_under_any_descriptor_limit() {
     // Nothing listens here: the servers go DOWN, which starting does not mind.

@@ -4,8 +4,9 @@
 //! as a timer, not every end as "normal clearing". The text is callgate's
 //! own reason (`queue_timeout`, `max_duration`, `stalled:tts`).
 //!
-//! The table is written out, with each row's why, in the README's SIP
-//! section; `every_reason_has_the_documented_cause` pins it.
+//! The table is written out, with each row's why, in
+//! `docs/operations/sip-trunks.md`; `every_reason_has_the_documented_cause`
+//! pins it.
 
 use admission::RejectReason;
 
