@@ -54,8 +54,8 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
 
 # The toolchain where rust:<v>-slim keeps it, and the source as COPY leaves it.
 mkdir -p "$root/usr/local/rustup" "$root/usr/local/cargo/bin" "$root/src"
-cp -a "${RUSTUP_HOME:-$HOME/.rustup}/toolchains/$want-x86_64-unknown-linux-gnu" \
-    "$root/usr/local/rustup/toolchain"
+toolchain=$(ls -d "${RUSTUP_HOME:-$HOME/.rustup}/toolchains/$have-"*linux-gnu | head -n 1)
+cp -a "$toolchain" "$root/usr/local/rustup/toolchain"
 ln -s /usr/local/rustup/toolchain/bin/cargo "$root/usr/local/cargo/bin/cargo"
 ln -s /usr/local/rustup/toolchain/bin/rustc "$root/usr/local/cargo/bin/rustc"
 git -C "$repo" archive HEAD | tar -x -C "$root/src"
