@@ -54,7 +54,7 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
 
 # The toolchain where rust:<v>-slim keeps it, and the source as COPY leaves it.
 mkdir -p "$root/usr/local/rustup" "$root/usr/local/cargo/bin" "$root/src"
-toolchain=$(ls -d "${RUSTUP_HOME:-$HOME/.rustup}/toolchains/$have-"*linux-gnu | head -n 1)
+toolchain=$(readlink -f "$(ls -d "${RUSTUP_HOME:-$HOME/.rustup}/toolchains/$have-"*linux-gnu | head -n 1)")
 cp -a "$toolchain" "$root/usr/local/rustup/toolchain"
 ln -s /usr/local/rustup/toolchain/bin/cargo "$root/usr/local/cargo/bin/cargo"
 ln -s /usr/local/rustup/toolchain/bin/rustc "$root/usr/local/cargo/bin/rustc"
