@@ -51,6 +51,10 @@ echo "check-image-build: making a bookworm root in $root (log: $log)"
 mmdebstrap --variant=minbase --include=gcc,libc6-dev,ca-certificates bookworm "$root" >"$log" 2>&1
 for m in proc dev sys; do mount --bind "/$m" "$root/$m"; done
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# The host's trust store: a host that reaches crates.io through an
+# intercepting proxy trusts the proxy's CA, and so must the root (as a
+# docker build on that host would need it too). Nothing else is copied.
+cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
 
 # The toolchain where rust:<v>-slim keeps it, and the source as COPY leaves it.
 mkdir -p "$root/usr/local/rustup" "$root/usr/local/cargo/bin" "$root/src"
