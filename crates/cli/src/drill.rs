@@ -125,7 +125,10 @@ async fn verify(
     let v = callgate_drill::verify::folder(path, ledger.as_ref()).await?;
     println!("signature: valid (ed25519, key {})", v.signed_by);
     println!("decision: {}", v.verdict);
-    println!("session receipts: {} match their copies", v.copies);
+    println!(
+        "evidence: {} files match the digests signed with the receipt",
+        v.copies
+    );
     if ledger.is_some() {
         println!("session receipts: {} match the ledger", v.ledger);
     }

@@ -49,6 +49,7 @@ pub mod calibrate;
 pub mod decision;
 mod error;
 pub mod fixture;
+pub mod knee;
 pub mod observed;
 mod progress;
 pub mod receipt;

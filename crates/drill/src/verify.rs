@@ -7,6 +7,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::error::DrillError;
+use crate::knee;
 use crate::receipt::{Receipt, receipt_digest};
 use crate::sign;
 use crate::target::Instance;
@@ -47,6 +48,9 @@ pub async fn folder(path: &Path, ledger: Option<&Instance>) -> Result<Verified, 
     let text = std::fs::read_to_string(&file)
         .map_err(|e| DrillError::Receipt(format!("{}: {e}", file.display())))?;
     let body = sign::verify(&text).map_err(|e| DrillError::Receipt(e.to_string()))?;
+    if kind_of(body).as_deref() == Some(knee::KIND) {
+        return knee_folder(&dir, body);
+    }
     let receipt: Receipt = serde_yaml_ng::from_str(body)
         .map_err(|e| DrillError::Receipt(format!("the signed body does not parse: {e}")))?;
     let mut out = Verified {
@@ -79,6 +83,35 @@ pub async fn folder(path: &Path, ledger: Option<&Instance>) -> Result<Verified, 
         }
     }
     Ok(out)
+}
+
+/// The `kind:` a signed body names, if it parses at all.
+fn kind_of(body: &str) -> Option<String> {
+    let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(body).ok()?;
+    v.get("kind")?.as_str().map(str::to_string)
+}
+
+/// A knee receipt: its staircase files against their digests.
+fn knee_folder(dir: &Path, body: &str) -> Result<Verified, DrillError> {
+    let receipt: knee::KneeReceipt = serde_yaml_ng::from_str(body)
+        .map_err(|e| DrillError::Receipt(format!("the signed body does not parse: {e}")))?;
+    let (copies, problems) = receipt.check_files(dir);
+    Ok(Verified {
+        signed_by: receipt.signed_by.clone(),
+        verdict: format!(
+            "knee {} calls, recommended cap {} ({})",
+            receipt.finding.knee,
+            receipt.finding.recommended_max_concurrent_calls,
+            if receipt.finding.found {
+                "found"
+            } else {
+                "not found: a floor"
+            }
+        ),
+        copies,
+        ledger: 0,
+        problems,
+    })
 }
 
 fn read_json(path: &Path) -> Result<Value, String> {

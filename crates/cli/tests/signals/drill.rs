@@ -46,7 +46,7 @@ fn the_committed_full_size_receipt_verifies() {
     let said = text(&out);
     assert!(out.status.success(), "{said}");
     assert!(said.contains("signature: valid (ed25519"), "{said}");
-    assert!(said.contains("match their copies"), "{said}");
+    assert!(said.contains("files match the digests"), "{said}");
     assert!(!said.contains("problem:"), "{said}");
     let receipt = std::fs::read_to_string(example().join("receipt.yaml")).unwrap();
     assert!(
