@@ -18,6 +18,8 @@ use callgate_rig::haproxy::{Backend, Haproxy, HaproxyOpts};
 use callgate_rig::{Database, InProcess, InProcessOptions};
 use state_store::LocalOptions;
 
+mod knee;
+
 /// How long a spawned stack may take to stop.
 const STOP_DEADLINE: Duration = Duration::from_secs(30);
 /// How long HAProxy may take to see both spawned instances up.
@@ -97,7 +99,12 @@ struct RunArgs {
     /// Server log filter for a spawned stack (logs go to stderr).
     #[arg(long, default_value = "error")]
     log: String,
+    #[command(flatten)]
+    knee: knee::KneeArgs,
 }
+
+/// Knee staircases run when `--repeats` is not given.
+const KNEE_REPEATS: u32 = 3;
 
 pub async fn run(args: DrillArgs) -> anyhow::Result<ExitCode> {
     match args.cmd {
@@ -149,6 +156,9 @@ async fn drill(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let key = callgate_drill::sign::load_key(key_path)
         .context("the signing key (make one with `callgate drill keygen PATH`)")?;
+    if args.knee.find_knee {
+        return find_knee(&args, &key).await;
+    }
     let text = std::fs::read_to_string(&args.fixture)
         .with_context(|| format!("reading {}", args.fixture.display()))?;
     let mut fixture = Fixture::from_toml(&text)?;
@@ -194,6 +204,28 @@ async fn drill(args: RunArgs) -> anyhow::Result<ExitCode> {
     Ok(match receipt.decision.verdict {
         Verdict::Promote | Verdict::Limited => ExitCode::SUCCESS,
         Verdict::Hold | Verdict::Rollback => ExitCode::FAILURE,
+    })
+}
+
+/// `--find-knee`: the staircase against one squeezed instance it starts.
+async fn find_knee(args: &RunArgs, key: &ed25519_dalek::SigningKey) -> anyhow::Result<ExitCode> {
+    crate::logging::init("text", &args.log);
+    let repeats = args.repeats.unwrap_or(KNEE_REPEATS);
+    if repeats == 0 || repeats > callgate_drill::fixture::MAX_REPEATS {
+        bail!(
+            "--repeats lies within 1..={}",
+            callgate_drill::fixture::MAX_REPEATS
+        );
+    }
+    let client = revisions(&[]).client;
+    let r = knee::run(&args.knee, repeats, client, &args.out, key).await?;
+    println!("receipt: {}", args.out.join("receipt.yaml").display());
+    println!("knees per staircase: {:?}", r.finding.knees);
+    println!("{}", r.finding.summary);
+    Ok(if r.finding.knee > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     })
 }
 

@@ -324,7 +324,7 @@ pub struct KneeReceipt {
 
 impl KneeReceipt {
     /// Writes `out/staircases/staircase-N.json` for each staircase, fills
-    /// in their lines (digest included) and the finding, then signs the
+    /// in their lines (digest included), the finding and the time, then signs the
     /// receipt with `key` and writes `out/receipt.yaml`.
     ///
     /// # Errors
@@ -353,6 +353,7 @@ impl KneeReceipt {
         }
         self.finding = Finding::of(staircases, margin);
         self.kind = KIND.into();
+        self.created_at = jiff::Timestamp::now().to_string();
         self.signed_by = sign::public_hex(key);
         let body = serde_yaml_ng::to_string(&self).map_err(|e| io("receipt.yaml", &e))?;
         std::fs::write(out.join("receipt.yaml"), sign::sign(&body, key))

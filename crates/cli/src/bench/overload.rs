@@ -148,6 +148,9 @@ pub struct OverloadRow {
     /// Highest p99 lateness of the server's media clock seen in
     /// `/admin/status` during the run, ms.
     pub peak_lag_p99_ms: f64,
+    /// The instance ceiling's value when `/admin/status` first showed it
+    /// binding: where this run's instance began to refuse.
+    pub ceiling_at_trip: Option<u64>,
     /// `None` when the generator kept its media clock; why not otherwise.
     pub invalid: Option<String>,
 }
@@ -309,6 +312,7 @@ async fn one_run(
         server_cores: res.server_cpu_s / res.wall_s.max(1e-9),
         sims_cores: res.sims_cpu_s / res.wall_s.max(1e-9),
         peak_lag_p99_ms: res.peaks.lag_p99_us as f64 / 1e3,
+        ceiling_at_trip: res.peaks.ceiling_at_trip,
         invalid: rig::generator_lag(
             &report.summary,
             callgate_load::MAX_FRAME_LAG.as_millis() as u64,
@@ -341,7 +345,7 @@ async fn one_run(
 
 /// The sum of the samples of `name` whose labels contain `label` (every
 /// sample when `label` is empty), from Prometheus text.
-fn metric(text: &str, name: &str, label: &str) -> f64 {
+pub(crate) fn metric(text: &str, name: &str, label: &str) -> f64 {
     text.lines()
         .filter(|l| {
             l.strip_prefix(name)
@@ -380,6 +384,9 @@ fn format_row(r: &OverloadRow) -> String {
         .collect();
     if !refused.is_empty() {
         stalls.push(format!("| refused: {}", refused.join(" ")));
+    }
+    if let Some(c) = r.ceiling_at_trip {
+        stalls.push(format!("| ceiling at trip {c}"));
     }
     format!(
         "{:<26} {:>3} {:>7} {:>8} {:>7} {:>9} {:>7} {:>8} {:>5} {:>6} {:>6.2} {:>5.2} {:>8.0}  {}{}",
@@ -477,6 +484,7 @@ mod tests {
             server_cores: 0.3,
             sims_cores: 0.0,
             peak_lag_p99_ms: 0.0,
+            ceiling_at_trip: None,
             invalid: None,
         };
         assert_eq!(row.failures(true).len(), 3);

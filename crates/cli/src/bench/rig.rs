@@ -583,6 +583,20 @@ impl Rig {
         )
     }
 
+    /// The server's `/admin/status`.
+    ///
+    /// # Errors
+    /// The server did not answer.
+    pub async fn status(&self) -> anyhow::Result<serde_json::Value> {
+        let res = self
+            .procs
+            .http()
+            .get(self.procs.status_url())
+            .send()
+            .await?;
+        Ok(res.error_for_status()?.json().await?)
+    }
+
     /// The server's `/metrics` text.
     ///
     /// # Errors

@@ -26,6 +26,9 @@ pub struct Peaks {
     /// Highest p99 lateness of the server's media clock `/admin/status`
     /// reported, µs.
     pub lag_p99_us: u64,
+    /// The instance ceiling's value the first time `/admin/status` showed
+    /// it binding (state not `healthy`): where the instance began to refuse.
+    pub ceiling_at_trip: Option<u64>,
 }
 
 impl Peaks {
@@ -37,6 +40,11 @@ impl Peaks {
             .as_f64()
             .unwrap_or(0.0);
         self.lag_p99_us = self.lag_p99_us.max((lag_ms * 1e3) as u64);
+        let instance = &status["admission"]["instance"];
+        let binding = instance["state"].as_str().is_some_and(|s| s != "healthy");
+        if binding && self.ceiling_at_trip.is_none() {
+            self.ceiling_at_trip = instance["ceiling"].as_u64();
+        }
     }
 }
 
@@ -127,5 +135,17 @@ mod tests {
         p.see_status(&serde_json::json!({ "admission": { "active": 12, "queued": 100 } }));
         p.see_status(&serde_json::json!({ "unexpected": true }));
         assert_eq!((p.active, p.queued), (220, 100));
+    }
+
+    #[test]
+    fn the_ceiling_is_kept_from_the_first_status_that_shows_it_binding() {
+        let mut p = Peaks::default();
+        let status = |state: &str, ceiling: u64| serde_json::json!({ "admission": { "instance": { "state": state, "ceiling": ceiling } } });
+        p.see_status(&status("healthy", 1_995));
+        assert_eq!(p.ceiling_at_trip, None);
+        p.see_status(&status("overloaded", 41));
+        p.see_status(&status("overloaded", 30));
+        p.see_status(&status("recovering", 33));
+        assert_eq!(p.ceiling_at_trip, Some(41));
     }
 }

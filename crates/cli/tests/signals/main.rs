@@ -9,6 +9,7 @@ mod demo_serve;
 mod drain;
 mod drill;
 mod image;
+mod knee;
 mod owner;
 mod reload;
 mod stop;
