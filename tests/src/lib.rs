@@ -10,14 +10,13 @@
 /// HAProxy in front of two instances (lives in the rig, which `callgate
 /// drill --spawn` shares).
 pub use callgate_rig::haproxy;
-/// Real headless Chromium over the DevTools protocol (the WebRTC tests' caller).
-pub mod chromium;
-pub mod kamailio;
+/// The real peers — headless Chromium (the WebRTC tests' caller), Kamailio
+/// and sipp — live in the rig beside HAProxy, which `callgate-bench`
+/// shares.
+pub use callgate_rig::peers::{chromium, kamailio, sipp};
 pub mod partner_raw;
-pub(crate) use callgate_rig::process;
 pub mod raw;
 pub mod sip;
-pub mod sipp;
 
 use std::time::{Duration, Instant, SystemTime};
 

@@ -12,7 +12,7 @@
 //! (admission decisions live in `admission`, SQL in `state-store`, provider
 //! protocols in `stt-client`/`tts-client`/`dialog-grpc`), install a global
 //! logger (the binary does), or depend on the simulators or the load
-//! generator — `callgate sim`, `callgate demo` and `callgate bench` live in
+//! generator — `callgate sim`, `callgate demo` and `callgate-bench` live in
 //! the binary and start them next to the server through `callgate-rig`.
 //!
 //! How to drive it:

@@ -1,13 +1,13 @@
 //! The `callgate` command: `serve` runs the server (the `callgate`
-//! library); `sim`, `load`, `demo` and `bench` are the tools around it —
-//! the provider simulators, the scripted callers, and the two rigs that
-//! wire Postgres, the simulators and the server together (`callgate-rig`).
+//! library); `sim`, `load` and `demo` are the tools around it — the
+//! provider simulators, the scripted callers, and the rig that wires
+//! Postgres, the simulators and the server together (`callgate-rig`). The
+//! benchmarks are a binary of their own (`callgate-bench`).
 //! `audit` checks a running deployment's session ledger for broken
 //! invariants (exit 1 when it finds any); `drill` runs the committed-load
 //! staircase and signs its session-capacity receipt (`callgate-drill`).
 
 mod audit;
-mod bench;
 mod demo;
 mod drill;
 mod logging;
@@ -48,8 +48,6 @@ enum Cmd {
     Load(callgate_load::cli::LoadArgs),
     /// The whole thing on embedded defaults: Postgres, simulators, server, 20 calls.
     Demo(demo::DemoArgs),
-    /// Benchmarks at full size, with the server and simulators as child processes.
-    Bench(bench::BenchArgs),
     /// Check the session ledger for invariant violations (exit 1 if any, 2 if it cannot).
     Audit(audit::AuditArgs),
     /// The committed-load drill: a staircase against two instances behind a
@@ -86,7 +84,6 @@ fn main() -> ExitCode {
                 callgate_load::cli::main(args).await
             }
             Cmd::Demo(args) => demo::run(args).await,
-            Cmd::Bench(args) => bench::run(args).await,
             Cmd::Audit(args) => audit::run(args).await,
             Cmd::Drill(args) => drill::run(args).await,
         }

@@ -1,5 +1,5 @@
 //! `callgate sim`: the provider simulators on fixed local ports, until
-//! Ctrl-C (or SIGINT from `callgate bench`, which runs them as a child).
+//! Ctrl-C (or SIGINT from `callgate-bench`, which runs them as a child).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

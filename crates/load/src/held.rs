@@ -1,7 +1,7 @@
 //! Committed calls held open: every call of a [`LoadConfig`] speaks its
 //! script, then holds the line in silence ([`CallPlan::hold`]) until the
 //! conductor hangs them all up — the shape of a voice fleet's quiet hour,
-//! and what `callgate bench committed` measures the server under.
+//! and what `callgate-bench committed` measures the server under.
 //!
 //! What it is: [`crate::run`] with a [`Cue`] sender kept per call, and the
 //! run's live counters ([`ProgressCounts::holding`]) readable while the

@@ -31,7 +31,7 @@ impl Database {
 
     /// The database `CALLGATE_DATABASE_URL` names when it is set and not
     /// empty; otherwise a throwaway cluster, announced on stderr (the
-    /// command-line rigs `callgate demo` and `callgate bench` use this).
+    /// command-line rigs `callgate demo` and `callgate-bench` use this).
     ///
     /// # Errors
     /// See [`Database::local`].

@@ -2,7 +2,7 @@
 //! provider simulators and the callgate server together on loopback.
 //!
 //! What it is: the set-up the end-to-end tests, `callgate demo`,
-//! `callgate bench` and the signal test share, written once.
+//! `callgate-bench` and the signal test share, written once.
 //!
 //! - [`Database`]: a throwaway `state_store::LocalPostgres` (started as the
 //!   `postgres` user when run as root), or the database
@@ -14,8 +14,12 @@
 //!   OS-chosen ports (the e2e harness, `callgate demo`).
 //! - [`Processes`]: the simulators and the server as child processes of the
 //!   `callgate` binary (`callgate sim`, `callgate serve --config`), each with
-//!   its own log, CPU time and memory (`callgate bench`, the SIGHUP/SIGTERM
+//!   its own log, CPU time and memory (`callgate-bench`, the SIGHUP/SIGTERM
 //!   test), and [`ChildProcess`], one such child.
+//! - [`measured`]: [`Processes`] with a run's ceilings, measured — CPU
+//!   ticks, memory and `/admin/status` sampled, the server's rows and
+//!   receipts, and the squeeze that pins the server to one core under a CPU
+//!   quota (`callgate-bench`, `callgate drill --find-knee`).
 //! - [`stop_requested`]: how every command that starts children is
 //!   stopped (SIGINT, SIGTERM or SIGHUP; a second one forces the exit).
 //! - [`ports`]: loopback ports for child processes that no other test
@@ -23,7 +27,8 @@
 //! - [`haproxy`]: the production `deploy/haproxy/haproxy.cfg` run unchanged
 //!   in front of two instances, with its runtime API read back; [`process`]:
 //!   the process groups, scratch directories and bounded commands it (and
-//!   the test harnesses' Kamailio and sipp) run on.
+//!   the other peers) run on; `peers` (feature `peers`, off in the
+//!   product): sipp, Kamailio and headless Chromium, the same way.
 //!
 //! What it never does: mock anything — the Postgres is a real cluster, every
 //! peer listens on a real socket, the server is the real one reading an
@@ -53,6 +58,9 @@ mod child;
 mod database;
 pub mod haproxy;
 mod in_process;
+pub mod measured;
+#[cfg(feature = "peers")]
+pub mod peers;
 pub mod ports;
 pub mod process;
 mod processes;

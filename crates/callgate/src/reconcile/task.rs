@@ -46,7 +46,7 @@ pub async fn run(app: Arc<App>, stop: CancellationToken) {
 }
 
 /// One reconciler and the last ledger reading it was given: what [`run`]
-/// does each interval, callable on its own (`callgate bench ledger` times it).
+/// does each interval, callable on its own (`callgate-bench ledger` times it).
 pub struct Ticker {
     reconciler: Reconciler,
     ledger: Reading,

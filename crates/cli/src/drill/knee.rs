@@ -27,9 +27,8 @@ use callgate_drill::knee::{
 use callgate_load::{Arrival, LoadConfig, Outcome};
 use ed25519_dalek::SigningKey;
 
-use crate::bench::overload::metric;
-use crate::bench::rig::{self, Caps, Rig};
-use crate::bench::squeeze::{self, How, Squeeze};
+use callgate_rig::measured::squeeze::{self, How, Squeeze};
+use callgate_rig::measured::{self as rig, Caps, Rig, metric};
 
 /// How long a step's calls may take to end once the callers are done.
 const SETTLE: Duration = Duration::from_secs(180);

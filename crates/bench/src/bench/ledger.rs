@@ -1,4 +1,4 @@
-//! `callgate bench ledger`: the session ledger's own cost at N concurrent
+//! `callgate-bench ledger`: the session ledger's own cost at N concurrent
 //! sessions — reading the counters under contention, the reconciler's tick,
 //! the HAProxy agent-check responder's answer, and a receipt's writes.
 //!
@@ -37,8 +37,8 @@
 //! How to drive it (release build; the machine should be otherwise idle):
 //!
 //! ```text
-//! cargo build --release -p callgate-cli
-//! ./target/release/callgate bench ledger --sessions 1000 --repeat 3
+//! cargo build --release -p callgate-cli -p callgate-bench
+//! ./target/release/callgate-bench ledger --sessions 1000 --repeat 3
 //! ```
 
 mod measure;
@@ -49,7 +49,7 @@ use anyhow::Context;
 
 use measure::{Figures, Setup};
 
-/// Knobs of `callgate bench ledger`.
+/// Knobs of `callgate-bench ledger`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LedgerArgs {
     /// Concurrent sessions held while measuring.

@@ -30,7 +30,7 @@
 //! ```no_run
 //! # async fn demo() {
 //! use std::time::Duration;
-//! use callgate_tests::chromium::{Browser, caller_wav, serve_html};
+//! use callgate_rig::peers::chromium::{Browser, caller_wav, serve_html};
 //!
 //! let dir = std::env::temp_dir();
 //! let wav = caller_wav(&dir, &["I would like to book a table"], 0.5, 1.0);

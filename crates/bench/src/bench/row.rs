@@ -7,10 +7,8 @@ use std::collections::{BTreeMap, HashSet};
 use callgate_load::{LoadReport, Outcome, Percentiles};
 use serde::Serialize;
 
-use super::db::{ServerCall, Source};
-use super::procfs;
-use super::rig::Ticks;
-use super::sampler::Peaks;
+pub use callgate_rig::measured::Resources;
+use callgate_rig::measured::db::{ServerCall, Source};
 
 mod table;
 #[cfg(test)]
@@ -38,50 +36,6 @@ pub const SHARED_MACHINE_CORES: f64 = 0.25;
 /// failing to keep a conversation alive under load, and a server that
 /// transfers its way out of overload must not pass as one that served.
 pub const MAX_FAULT_TRANSFER_SHARE: f64 = 0.01;
-
-/// What the processes used during a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Resources {
-    pub wall_s: f64,
-    pub server_cpu_s: f64,
-    pub sims_cpu_s: f64,
-    /// This process: the load generator (plus the bench's own bookkeeping).
-    pub load_cpu_s: f64,
-    /// The throwaway Postgres (0 when `CALLGATE_DATABASE_URL` is used).
-    pub postgres_cpu_s: f64,
-    /// All CPUs of the machine, every process: what the rig did not use is
-    /// someone else's, and makes the measurement less clean.
-    pub machine_cpu_s: f64,
-    pub peaks: Peaks,
-}
-
-impl Resources {
-    /// What the processes used between two CPU readings `wall_s` apart.
-    pub fn between(
-        before: Ticks,
-        after: Ticks,
-        clock_ticks: u64,
-        wall_s: f64,
-        peaks: Peaks,
-    ) -> Self {
-        let secs = |a: u64, b: u64| procfs::ticks_to_secs(b.saturating_sub(a), clock_ticks);
-        Resources {
-            wall_s,
-            server_cpu_s: secs(before.server, after.server),
-            sims_cpu_s: secs(before.sims, after.sims),
-            load_cpu_s: secs(before.load, after.load),
-            postgres_cpu_s: secs(before.postgres, after.postgres),
-            machine_cpu_s: secs(before.machine, after.machine),
-            peaks,
-        }
-    }
-
-    /// CPU seconds the machine spent on anything but the rig.
-    pub fn others_cpu_s(&self) -> f64 {
-        let rig = self.server_cpu_s + self.sims_cpu_s + self.load_cpu_s + self.postgres_cpu_s;
-        (self.machine_cpu_s - rig).max(0.0)
-    }
-}
 
 /// One run, summarised.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -222,7 +176,7 @@ impl RunRow {
             resources: res,
             max_send_lag_ms: s.max_send_lag_ms,
             media_frames_skipped: s.media_frames_skipped,
-            generator_kept_up: crate::bench::rig::generator_lag(s, setup.max_lag_ms).is_none(),
+            generator_kept_up: callgate_rig::measured::generator_lag(s, setup.max_lag_ms).is_none(),
         }
     }
 

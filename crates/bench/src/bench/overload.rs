@@ -1,4 +1,4 @@
-//! `callgate bench overload`: the instance that is itself short.
+//! `callgate-bench overload`: the instance that is itself short.
 //!
 //! What it is: the server pinned to core 0 and squeezed (a CFS quota, as a
 //! Kubernetes CPU limit sets, or a CPU burner beside it), Postgres, the
@@ -20,9 +20,9 @@
 //! `capped`):
 //!
 //! ```text
-//! callgate bench overload --cpu-quota 0.3 --repeat 3 \
+//! callgate-bench overload --cpu-quota 0.3 --repeat 3 \
 //!     --stt-cap 2000 --tts-cap 2000 --dialog-cap 2000 --db-max-calls 2000
-//! callgate bench overload --variants burner-on,burner-off --burners 6
+//! callgate-bench overload --variants burner-on,burner-off --burners 6
 //! ```
 
 use std::process::ExitCode;
@@ -32,10 +32,10 @@ use anyhow::bail;
 use callgate_load::{Arrival, LoadConfig, Outcome};
 use serde::Serialize;
 
-use super::rig::{self, Caps, Rig};
-use super::squeeze::{self, How, Squeeze};
+use callgate_rig::measured::squeeze::{self, How, Squeeze};
+use callgate_rig::measured::{self as rig, Caps, Rig, metric};
 
-/// Knobs of `callgate bench overload`.
+/// Knobs of `callgate-bench overload`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct OverloadArgs {
     /// Calls offered per run.
@@ -196,7 +196,7 @@ impl OverloadRow {
     }
 }
 
-/// `callgate bench overload`.
+/// `callgate-bench overload`.
 ///
 /// # Errors
 /// The rig could not be started or squeezed, or the report not written.
@@ -343,19 +343,6 @@ async fn one_run(
     Ok(row)
 }
 
-/// The sum of the samples of `name` whose labels contain `label` (every
-/// sample when `label` is empty), from Prometheus text.
-pub(crate) fn metric(text: &str, name: &str, label: &str) -> f64 {
-    text.lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
-        .filter(|l| label.is_empty() || l.contains(label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 fn header() -> String {
     format!(
         "{:<26} {:>3} {:>7} {:>8} {:>7} {:>9} {:>7} {:>8} {:>5} {:>6} {:>6} {:>5} {:>8}  stalls by culprit",
@@ -445,26 +432,6 @@ fn print_summary(rows: &[(Variant, OverloadRow)]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn metrics_are_summed_by_label() {
-        let text = "# TYPE x counter\n\
-            callgate_call_stalls_total{culprit=\"tts\",action=\"apology\"} 2\n\
-            callgate_call_stalls_total{culprit=\"tts\",action=\"transfer\"} 1\n\
-            callgate_call_stalls_total{culprit=\"instance\",action=\"apology\"} 4\n\
-            callgate_call_stalls_total_other 9\n\
-            callgate_instance_overload_trips_total 3\n";
-        assert_eq!(
-            metric(text, "callgate_call_stalls_total", "culprit=\"tts\""),
-            3.0
-        );
-        assert_eq!(metric(text, "callgate_call_stalls_total", ""), 7.0);
-        assert_eq!(
-            metric(text, "callgate_instance_overload_trips_total", ""),
-            3.0
-        );
-        assert_eq!(metric(text, "callgate_absent_total", ""), 0.0);
-    }
 
     #[test]
     fn the_promise_is_judged_only_with_the_ceiling_on() {

@@ -1,4 +1,4 @@
-//! The measurements of `callgate bench ledger` (see the parent module).
+//! The measurements of `callgate-bench ledger` (see the parent module).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use callgate_rig::Database;
 use state_store::{CallId, CleanupStatus, LocalOptions, NewCall, OwnerEpoch, Stage, Write};
 
 use super::LedgerArgs;
-use crate::bench::procfs::tree_cpu_ticks;
+use callgate_rig::measured::procfs::tree_cpu_ticks;
 
 /// Ledger writes in flight while the sessions' rows are opened.
 const OPEN_CONCURRENCY: usize = 16;
@@ -166,7 +166,7 @@ fn first_field(schedstat: &str) -> anyhow::Result<u64> {
 fn postgres_cpu_us(pid: Option<u32>) -> anyhow::Result<u64> {
     let Some(pid) = pid else { return Ok(0) };
     let ticks = tree_cpu_ticks(pid)?;
-    Ok(ticks * 1_000_000 / crate::bench::procfs::clock_ticks_per_second())
+    Ok(ticks * 1_000_000 / callgate_rig::measured::procfs::clock_ticks_per_second())
 }
 
 /// Latency of one read, ns: p50, p99, max.

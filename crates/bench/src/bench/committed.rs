@@ -1,4 +1,4 @@
-//! `callgate bench committed`: what a committed, quiet call costs the
+//! `callgate-bench committed`: what a committed, quiet call costs the
 //! server — CPU, resident memory and descriptors per call — on each
 //! ingress, N calls held at once.
 //!
@@ -41,8 +41,8 @@
 //! How to drive it (release build; the machine otherwise idle):
 //!
 //! ```text
-//! cargo build --release -p callgate-cli
-//! ./target/release/callgate bench committed --calls 100,500 --repeat 3 \
+//! cargo build --release -p callgate-cli -p callgate-bench
+//! ./target/release/callgate-bench committed --calls 100,500 --repeat 3 \
 //!     --stt-cap 600 --tts-cap 600 --dialog-cap 600 --db-max-calls 600
 //! ```
 
@@ -57,9 +57,10 @@ use callgate_load::held::HeldRun;
 use callgate_load::{Arrival, LoadConfig, LoadReport, Protocol};
 use serde::Serialize;
 
-use crate::bench::rig::{generator_lag, with_rig};
 use crate::bench::sip::{ledger, row::Ingress};
-use crate::bench::{Caps, Rig, procfs};
+use crate::bench::{Caps, Rig};
+use callgate_rig::measured::procfs;
+use callgate_rig::measured::{generator_lag, with_rig};
 use row::{CommittedRow, Held, Window};
 
 /// How often the callers' counts are read while the calls commit.
@@ -91,7 +92,7 @@ impl HeldIngress {
     }
 }
 
-/// Knobs of `callgate bench committed`.
+/// Knobs of `callgate-bench committed`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CommittedArgs {
     /// Calls held at once per run, in order.
@@ -213,7 +214,7 @@ struct Report<'a> {
     rows: &'a [CommittedRow],
 }
 
-/// `callgate bench committed`.
+/// `callgate-bench committed`.
 ///
 /// # Errors
 /// Something could not be started, measured or written; an invalid run is
@@ -253,7 +254,7 @@ async fn run_all(
         .context("lowering the generator's priority (--generator-nice 0 skips it)")?;
     println!("{}", std::env::args().collect::<Vec<_>>().join(" "));
     println!(
-        "callgate bench committed: capacity {} decided by {}; calls {:?} × {} per ingress; \
+        "callgate-bench committed: capacity {} decided by {}; calls {:?} × {} per ingress; \
          window {} s; generator's nice {:+}",
         rig.capacity,
         rig.decided_by,

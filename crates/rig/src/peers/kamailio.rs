@@ -24,16 +24,16 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use callgate_tests::kamailio::{CallPlan, DsState, KamOpts, Kamailio, SippUas, UasScenario, free_udp_addrs};
+//! use callgate_rig::peers::kamailio::{CallPlan, DsState, KamOpts, Kamailio, SippUas, UasScenario, free_udp_addrs};
 //!
-//! # fn main() -> Result<(), callgate_tests::kamailio::HarnessError> {
+//! # fn main() -> Result<(), callgate_rig::peers::kamailio::HarnessError> {
 //! let [proxy, a, b] = free_udp_addrs::<3>()?;
 //! let _a = SippUas::start(a, UasScenario::Answer)?;
 //! let b_uas = SippUas::start(b, UasScenario::Answer)?;
 //! let kam = Kamailio::start(proxy, &[a, b], &KamOpts::default())?;
 //! let _b_uas = b_uas.restart(UasScenario::Refuse)?; // b starts draining
 //! kam.wait_for_state(b, DsState::Inactive, Duration::from_secs(5))?;
-//! let report = callgate_tests::kamailio::place_calls(proxy, &CallPlan::default())?;
+//! let report = callgate_rig::peers::kamailio::place_calls(proxy, &CallPlan::default())?;
 //! assert_eq!(report.failed, 0);
 //! # Ok(())
 //! # }
@@ -52,10 +52,10 @@ use crate::process::{Group, Result, STOP_GRACE, Scratch, claim_port, io_err, run
 /// The production configuration, run as it is.
 const CONFIG: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../deploy/kamailio/kamailio.cfg"
+    "/../../deploy/kamailio/kamailio.cfg"
 );
 /// The sipp scenarios of these tests.
-const SCENARIOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/kamailio");
+const SCENARIOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/kamailio");
 /// Longest wait for Kamailio to answer OPTIONS after it is started.
 const KAMAILIO_START_LIMIT: Duration = Duration::from_secs(10);
 /// Longest wait for a sipp user agent server to bind its port.
@@ -752,7 +752,7 @@ fn sipp_socket_args(addr: SocketAddr) -> Result<Vec<String>> {
 // Ports, processes, scratch directories
 
 /// `N` distinct loopback UDP addresses no other test process is handed
-/// ([`callgate_rig::ports`]), each the base of a claimed block of ports.
+/// ([`crate::ports`]), each the base of a claimed block of ports.
 ///
 /// # Errors
 /// No port could be claimed.

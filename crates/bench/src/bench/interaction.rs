@@ -1,4 +1,4 @@
-//! `callgate bench interaction`: barge-in and turn latency at 1, 100 and
+//! `callgate-bench interaction`: barge-in and turn latency at 1, 100 and
 //! 1,000 concurrent calls, measured.
 //!
 //! What it is: the incident bench's rig (a throwaway Postgres or
@@ -38,8 +38,8 @@
 //! How to drive it (release build; the machine should be otherwise idle):
 //!
 //! ```text
-//! cargo run --release -p callgate-cli -- bench interaction
-//! cargo run --release -p callgate-cli -- bench interaction --runs 1,100,1000 --repeat 3 --json interaction.json
+//! ./target/release/callgate-bench interaction
+//! ./target/release/callgate-bench interaction --runs 1,100,1000 --repeat 3 --json interaction.json
 //! ```
 
 mod row;
@@ -53,15 +53,15 @@ use anyhow::{Context, bail};
 use callgate_load::{Arrival, LoadConfig, LoadReport};
 use serde::Serialize;
 
-use super::priority;
-use super::receipts::Receipt;
-use super::rig::{Caps, Rig};
+use callgate_rig::measured::priority;
+use callgate_rig::measured::receipts::Receipt;
+use callgate_rig::measured::{Caps, Rig};
 use row::{InteractionRow, RunSetup, Targets};
 
 /// `admission.headroom` of the generated configuration.
 const HEADROOM: u32 = 5;
 
-/// Knobs of `callgate bench interaction`.
+/// Knobs of `callgate-bench interaction`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct InteractionArgs {
     /// Concurrent calls per run, in order.
@@ -210,7 +210,7 @@ struct Report<'a> {
     runs: &'a [RunResult],
 }
 
-/// `callgate bench interaction`.
+/// `callgate-bench interaction`.
 ///
 /// # Errors
 /// Something could not be started, measured or written; a bad server is not
@@ -298,7 +298,7 @@ async fn run_all(
         .map_or_else(|| "unknown".to_string(), |v| format!("{v} ms"));
     println!("{}", std::env::args().collect::<Vec<_>>().join(" "));
     println!(
-        "callgate bench interaction: capacity {}; runs {:?} × {}; callers speak {} ms into the \
+        "callgate-bench interaction: capacity {}; runs {:?} × {}; callers speak {} ms into the \
          greeting, {} utterances; min_speech_ms {min_speech}; generator nice {:+}",
         rig.capacity,
         args.runs,

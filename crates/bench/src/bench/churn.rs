@@ -1,4 +1,4 @@
-//! `callgate bench webrtc-churn`: what WebRTC sessions leave behind. Opens
+//! `callgate-bench webrtc-churn`: what WebRTC sessions leave behind. Opens
 //! and hangs up N sessions against a fresh server (each a real call:
 //! admitted, set up, ended by `DELETE`), and compares the server's RSS and
 //! open descriptors after them with its baseline — WebRTC stacks are
@@ -41,8 +41,8 @@
 //! a child running.
 //!
 //! ```text
-//! cargo build --release -p callgate-cli
-//! ./target/release/callgate bench webrtc-churn --sessions 1000
+//! cargo build --release -p callgate-cli -p callgate-bench
+//! ./target/release/callgate-bench webrtc-churn --sessions 1000
 //! ```
 
 pub mod client;
@@ -54,8 +54,8 @@ use anyhow::{Context, bail};
 use futures_util::StreamExt;
 use serde::Serialize;
 
-use crate::bench::procfs::FdKinds;
 use crate::bench::{Caps, Rig};
+use callgate_rig::measured::procfs::FdKinds;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ChurnArgs {
@@ -116,7 +116,7 @@ struct Report {
     pass: bool,
 }
 
-/// `callgate bench webrtc-churn`.
+/// `callgate-bench webrtc-churn`.
 ///
 /// # Errors
 /// The rig could not be started or measured; a leak is the exit code.

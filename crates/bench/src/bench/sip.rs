@@ -1,4 +1,4 @@
-//! `callgate bench sip`: per-call server CPU and RSS on the SIP/RTP path
+//! `callgate-bench sip`: per-call server CPU and RSS on the SIP/RTP path
 //! (or, with `--compare webrtc`, the WebRTC path) beside the Twilio
 //! media-stream path, N calls at once.
 //!
@@ -71,9 +71,9 @@
 //! How to drive it (release build; the machine should be otherwise idle):
 //!
 //! ```text
-//! cargo build --release -p callgate-cli
-//! ./target/release/callgate bench sip --calls 50,100 --repeat 3
-//! ./target/release/callgate bench sip --compare webrtc --calls 500 --repeat 3 \
+//! cargo build --release -p callgate-cli -p callgate-bench
+//! ./target/release/callgate-bench sip --calls 50,100 --repeat 3
+//! ./target/release/callgate-bench sip --compare webrtc --calls 500 --repeat 3 \
 //!     --stt-cap 600 --tts-cap 600 --dialog-cap 600 --db-max-calls 600
 //! ```
 
@@ -90,13 +90,11 @@ use anyhow::{Context, bail};
 use callgate_load::{Arrival, LoadConfig, LoadReport, Protocol};
 use serde::Serialize;
 
-use crate::bench::rig::{generator_lag, with_rig};
 use crate::bench::{Caps, Rig};
+use callgate_rig::measured::{generator_lag, with_rig};
 use row::{GeneratorView, Ingress, SipRow, Usage};
 use sipp::{SippOutcome, SippPlan};
 
-/// Where `load_uac.xml` and its `audio/` are, in this source tree.
-const DEFAULT_SCENARIOS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/sip");
 /// Room in the RTP range beyond the capacity (ports another process holds
 /// are skipped by the server's pool).
 const RTP_SPARE_PAIRS: u16 = 20;
@@ -139,7 +137,7 @@ impl Compare {
     }
 }
 
-/// Knobs of `callgate bench sip`.
+/// Knobs of `callgate-bench sip`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SipArgs {
     /// Calls per run, all offered at once (within one second), in order.
@@ -175,9 +173,6 @@ pub struct SipArgs {
     /// First port of the server's RTP range (capacity + 20 pairs).
     #[arg(long, default_value_t = 20_000)]
     pub rtp_port_min: u16,
-    /// The directory holding `load_uac.xml` and `audio/` (`tests/sip`).
-    #[arg(long, default_value = DEFAULT_SCENARIOS)]
-    pub sip_scenarios: PathBuf,
     /// Longest wait for the server to be idle between runs.
     #[arg(long, default_value = "120s", value_parser = callgate_load::cli::parse_duration)]
     pub settle_timeout: Duration,
@@ -292,7 +287,7 @@ struct Report<'a> {
     summary: Vec<(row::PathSummary, row::PathSummary)>,
 }
 
-/// `callgate bench sip`.
+/// `callgate-bench sip`.
 ///
 /// # Errors
 /// Something could not be started, measured or written; an invalid run is
@@ -302,7 +297,7 @@ pub async fn run(args: SipArgs) -> anyhow::Result<ExitCode> {
     let start = async {
         match args.compare {
             Compare::Sip => {
-                sipp::SippPlan::check_files(&args.sip_scenarios)?;
+                sipp::SippPlan::check_files()?;
                 Rig::start_with_sip(&args.caps, args.rtp_port_min, args.rtp_pairs()).await
             }
             Compare::Webrtc => Rig::start_with_webrtc(&args.caps).await,
@@ -340,7 +335,7 @@ async fn run_all(
         .context("lowering the generators' priority (--generator-nice 0 skips it)")?;
     println!("{}", std::env::args().collect::<Vec<_>>().join(" "));
     println!(
-        "callgate bench sip: capacity {} decided by {}; calls {:?} × {} per path; Twilio \
+        "callgate-bench sip: capacity {} decided by {}; calls {:?} × {} per path; Twilio \
          utterances {:?}; sipp {}; generators' nice {:+}",
         rig.capacity,
         rig.decided_by,
@@ -472,16 +467,14 @@ async fn measure_sip(
 ) -> anyhow::Result<RunResult> {
     let target = rig.sip_addr().context("the rig has no SIP listener")?;
     let plan = SippPlan {
-        scenarios: args.sip_scenarios.clone(),
         target,
         calls,
         hold_ms,
     };
-    let dir = rig.log_dir().join(format!("sipp-{calls}-{repeat}"));
     let clock_ticks = rig.clock_ticks;
     let idle_rss_kib = idle_rss(rig, args).await?;
     let (outcome, res, (from, to)) = rig
-        .measure(args.settle_timeout, sipp::run(&plan, &dir, clock_ticks))
+        .measure(args.settle_timeout, sipp::run(&plan, clock_ticks))
         .await?;
     let outcome = outcome?;
     let server = ledger::read(rig.conninfo(), rig.instance(), Ingress::Sip, from, to).await?;

@@ -1,5 +1,5 @@
-//! `callgate bench incident`: the 200-call lunch spike at full size, measured;
-//! `callgate bench interaction` (see [`interaction`]): barge-in and turn
+//! `callgate-bench incident`: the 200-call lunch spike at full size, measured;
+//! `callgate-bench interaction` (see [`interaction`]): barge-in and turn
 //! latency at 1, 100 and 1,000 concurrent calls, on the same rig.
 //!
 //! What it is: a benchmark that starts a throwaway Postgres (or uses
@@ -29,8 +29,8 @@
 //! How to drive it (release build; the machine should be otherwise idle):
 //!
 //! ```text
-//! cargo run --release -p callgate-cli -- bench incident
-//! cargo run --release -p callgate-cli -- bench incident --runs 200,300,2200 --arrival-s 20 --json bench.json
+//! ./target/release/callgate-bench incident
+//! ./target/release/callgate-bench incident --runs 200,300,2200 --arrival-s 20 --json bench.json
 //! ```
 //!
 //! Reading a row: `load×` is the offered concurrency over capacity (arrival
@@ -55,18 +55,11 @@
 
 mod churn;
 mod committed;
-mod db;
 pub mod interaction;
 mod ledger;
-pub(crate) mod overload;
-mod priority;
-mod procfs;
-mod receipts;
-pub(crate) mod rig;
+mod overload;
 mod row;
-pub(crate) mod sampler;
 mod sip;
-pub(crate) mod squeeze;
 
 use std::io::{IsTerminal, Write as _};
 use std::path::PathBuf;
@@ -77,11 +70,12 @@ use anyhow::{Context, bail};
 use callgate_load::{Arrival, LoadConfig, LoadReport};
 use serde::Serialize;
 
-pub use db::ServerCall;
-pub use rig::{Caps, Rig};
+pub use callgate_rig::measured::db::ServerCall;
+use callgate_rig::measured::priority;
+pub use callgate_rig::measured::{self as rig, Caps, Rig};
 pub use row::{RunRow, RunSetup};
 
-/// `callgate bench <scenario>`.
+/// `callgate-bench <scenario>`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     #[command(subcommand)]
@@ -128,7 +122,7 @@ pub enum Shape {
     Ramp,
 }
 
-/// Knobs of `callgate bench incident`.
+/// Knobs of `callgate-bench incident`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct IncidentArgs {
     /// Calls offered per run, in order. The first run is the no-overload
@@ -261,13 +255,13 @@ struct Report<'a> {
     runs: &'a [RunResult],
 }
 
-/// `callgate bench …`.
+/// `callgate-bench …`.
 ///
 /// # Errors
 /// Something could not be started, measured or written; a bad server is not
 /// an error but the exit code.
 pub async fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
-    crate::logging::init("text", "warn");
+    crate::logging_init("warn");
     match args.scenario {
         Scenario::Incident(a) => incident(a).await,
         Scenario::Interaction(a) => interaction::run(a).await,
@@ -319,7 +313,7 @@ async fn run_all(
     results: &mut Vec<RunResult>,
 ) -> anyhow::Result<()> {
     println!(
-        "callgate bench incident: capacity {} decided by {}; runs {:?}; generator nice {:+} \
+        "callgate-bench incident: capacity {} decided by {}; runs {:?}; generator nice {:+} \
          (server, simulators, Postgres unchanged); waits and latencies are p50/p99 ms",
         rig.capacity, rig.decided_by, args.runs, rig.generator_nice
     );

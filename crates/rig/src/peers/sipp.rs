@@ -25,7 +25,7 @@
 //! ```no_run
 //! # async fn demo(callgate_sip: std::net::SocketAddr) {
 //! use std::time::Duration;
-//! use callgate_tests::sipp::{Sipp, SippOpts};
+//! use callgate_rig::peers::sipp::{Sipp, SippOpts};
 //!
 //! let opts = SippOpts {
 //!     capture_rtp: true,
@@ -199,7 +199,7 @@ impl Sipp {
 
 /// The directory holding the scenarios (`tests/sip/`).
 pub fn scenario_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("sip")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/sip")
 }
 
 /// A running sipp. Dropping it kills sipp and removes its directory.
@@ -616,16 +616,16 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// A loopback port no other test process is handed ([`callgate_rig::ports`]);
+/// A loopback port no other test process is handed ([`crate::ports`]);
 /// the transport does not matter, every claimed port binds for both.
 fn free_port(_transport: Transport) -> u16 {
-    callgate_rig::ports::claim().expect("claim a loopback port")
+    crate::ports::claim().expect("claim a loopback port")
 }
 
 /// An even UDP port `p` with `p + 1`..`p + 3` claimed too (sipp binds the
 /// media port and the one two above).
 fn free_media_pair() -> u16 {
-    callgate_rig::ports::claim().expect("claim a block of loopback ports")
+    crate::ports::claim().expect("claim a block of loopback ports")
 }
 
 #[cfg(test)]

@@ -137,13 +137,13 @@ pub async fn read(
     to: SystemTime,
 ) -> anyhow::Result<Tally> {
     let sql = query(instance, from, to)?;
-    let out = crate::bench::receipts::psql(conninfo, &sql, "the server's rows").await?;
+    let out = callgate_rig::measured::receipts::psql(conninfo, &sql, "the server's rows").await?;
     parse(&out, ingress)
 }
 
 /// The query (`instance` checked by `receipts::window`).
 fn query(instance: &str, from: SystemTime, to: SystemTime) -> anyhow::Result<String> {
-    let (from, to) = crate::bench::receipts::window(instance, from, to)?;
+    let (from, to) = callgate_rig::measured::receipts::window(instance, from, to)?;
     Ok(format!(
         "SELECT json_build_object(\
            'ledger', (SELECT coalesce(json_agg(json_build_object(\

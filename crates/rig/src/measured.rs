@@ -1,8 +1,14 @@
-//! The bench's rig: `callgate_rig::Processes` (Postgres, and the
-//! simulators and the server as child processes) with the bench's ceilings
-//! written into both, plus the few things the bench asks of it (idle?, CPU
-//! ticks, the server's Postgres rows, a sampler). [`Rig::start_with_sip`]
-//! also turns on the server's SIP/RTP ingress.
+//! The measured rig: [`Processes`] (Postgres, and the simulators and the
+//! server as child processes of the `callgate` binary) with a run's
+//! ceilings written into both, plus what a measurement asks of it: idle?,
+//! CPU ticks ([`procfs`]), the server's Postgres rows ([`db`]) and receipts
+//! ([`receipts`]), a [`sampler`] of its memory and `/admin/status`, and the
+//! [`squeeze`] that pins it to one core under a CPU quota or beside
+//! burners. [`Rig::start_with_sip`] also turns on the server's SIP/RTP
+//! ingress. `callgate-bench` and `callgate drill --find-knee` run on it.
+//!
+//! What it never does: change the server's behaviour beyond its
+//! configuration file, or leave a child, a cgroup or a burner behind.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -10,15 +16,22 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, bail};
 use callgate::config::{Config, MaxCalls, SipOverflow};
-use callgate_rig::{ChildProcess, Database, ProcessOptions, Processes};
 use callgate_sim::SimConfig;
 use state_store::{LocalOptions, Store, StoreConfig};
 
-use super::db::ServerCall;
-use super::procfs;
-use super::receipts::{self, Receipt};
-use super::row::Resources;
-use super::sampler::Sampler;
+pub mod db;
+pub mod priority;
+pub mod procfs;
+pub mod receipts;
+mod resources;
+pub mod sampler;
+pub mod squeeze;
+
+use crate::{ChildProcess, Database, ProcessOptions, Processes};
+use db::ServerCall;
+use receipts::Receipt;
+pub use resources::Resources;
+use sampler::Sampler;
 
 /// Postgres connections for the throwaway cluster: the server's pool, the
 /// bench's own connection and psql-style inspection, with room to spare.
@@ -165,9 +178,34 @@ impl SipListener {
     }
 }
 
-/// A loopback port for both UDP and TCP ([`callgate_rig::ports`]).
+/// A loopback port for both UDP and TCP ([`crate::ports`]).
 fn free_udp_and_tcp_port() -> anyhow::Result<u16> {
-    callgate_rig::ports::claim()
+    crate::ports::claim()
+}
+
+/// The `callgate` binary whose `serve` and `sim` the rig runs: this
+/// process when it is `callgate`, else `CALLGATE_BIN`, else the `callgate`
+/// beside this executable (`target/release/callgate-bench` runs
+/// `target/release/callgate`).
+///
+/// # Errors
+/// None of them is there.
+pub fn callgate_exe() -> anyhow::Result<std::path::PathBuf> {
+    let me = std::env::current_exe().context("locating this executable")?;
+    if me.file_stem().is_some_and(|s| s == "callgate") {
+        return Ok(me);
+    }
+    if let Some(p) = std::env::var_os("CALLGATE_BIN") {
+        return Ok(p.into());
+    }
+    let beside = me.with_file_name("callgate");
+    if beside.is_file() {
+        return Ok(beside);
+    }
+    bail!(
+        "no callgate binary beside {} (build it: cargo build --release -p callgate-cli, or set CALLGATE_BIN)",
+        me.display()
+    )
 }
 
 /// CPU ticks of the three processes at one instant.
@@ -214,19 +252,19 @@ pub async fn with_rig(
     logs: &str,
     body: impl AsyncFnOnce(&mut Rig) -> anyhow::Result<()>,
 ) -> anyhow::Result<()> {
-    let stop = callgate_rig::stop_requested();
+    let stop = crate::stop_requested();
     tokio::pin!(stop);
     let mut rig = tokio::select! {
         rig = start => rig?,
         _ = &mut stop => {
-            callgate_rig::force_on_second_signal();
+            crate::force_on_second_signal();
             bail!("interrupted while starting")
         }
     };
     let outcome = tokio::select! {
         r = body(&mut rig) => r,
         _ = &mut stop => {
-            callgate_rig::force_on_second_signal();
+            crate::force_on_second_signal();
             Err(anyhow::anyhow!("interrupted"))
         }
     };
@@ -296,7 +334,7 @@ impl Rig {
         })
         .await?;
         let opts = ProcessOptions {
-            exe: std::env::current_exe().context("locating the callgate binary")?,
+            exe: callgate_exe()?,
             instance: instance.clone(),
             sim: caps.sim_config(),
         };
@@ -417,7 +455,7 @@ impl Rig {
     /// # Errors
     /// `renice` is missing or refused.
     pub fn lower_generator_priority(&mut self, nice: u8) -> anyhow::Result<()> {
-        self.generator_nice = super::priority::lower_own(nice)?;
+        self.generator_nice = priority::lower_own(nice)?;
         Ok(())
     }
 
@@ -618,6 +656,19 @@ impl Rig {
     }
 }
 
+/// The sum of the samples of `name` whose labels contain `label` (every
+/// sample when `label` is empty), from Prometheus text.
+pub fn metric(text: &str, name: &str, label: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter(|l| label.is_empty() || l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// Whether `/admin/status` shows nothing in flight: no active, queued,
 /// setting-up or overflowing call, and no pending Postgres write.
 pub fn is_idle(status: &serde_json::Value) -> bool {
@@ -630,113 +681,4 @@ pub fn is_idle(status: &serde_json::Value) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use callgate_sim::SimAddrs;
-
-    fn caps() -> Caps {
-        Caps {
-            stt_cap: 225,
-            tts_cap: 240,
-            dialog_cap: 250,
-            db_max_calls: 260,
-            headroom: 5,
-            queue_max: 100,
-            queue_timeout_ms: 4_000,
-            stt_empty_finals: 0.0,
-            instance_max_lag_ms: 60,
-        }
-    }
-
-    #[test]
-    fn the_written_server_config_carries_every_ceiling() {
-        let at = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        let sims = SimAddrs {
-            stt: at(9001),
-            tts: at(9002),
-            dialog_grpc: at(9003),
-            dialog_http: at(9004),
-            cartesia: at(9005),
-        };
-        let mut cfg = callgate_rig::server_config(&sims, "host=/tmp/pg user=postgres", "bench-1");
-        caps().apply(&mut cfg);
-        // Read back from the TOML the server child is given.
-        let cfg: Config = toml::from_str(&toml::to_string(&cfg).unwrap()).unwrap();
-        cfg.validate().unwrap();
-        assert_eq!(cfg.server.instance, "bench-1");
-        assert_eq!(cfg.drain.deadline_s, SERVER_DRAIN_S);
-        assert_eq!(cfg.database.calls_ceiling(), 260);
-        assert_eq!(
-            (
-                cfg.stt.max_sessions,
-                cfg.tts.max_sessions,
-                cfg.dialog.max_streams
-            ),
-            (225, 240, 250)
-        );
-        assert_eq!((cfg.admission.headroom, cfg.admission.queue_max), (5, 100));
-        assert_eq!(cfg.admission.queue_timeout_ms, 4_000);
-        assert_eq!(cfg.stt.url, format!("ws://{}/v1/listen", sims.stt));
-        assert_eq!(cfg.log.filter, "warn");
-        assert_eq!(caps().expected_capacity(), 220);
-    }
-
-    #[test]
-    fn a_sip_listener_is_loopback_with_its_own_rtp_range() {
-        let sip = SipListener::on_free_port(20_000, 225).unwrap();
-        assert!(sip.addr.ip().is_loopback() && sip.addr.port() != 0);
-        assert_eq!((sip.rtp_port_min, sip.rtp_port_max), (20_000, 20_449));
-        assert!(
-            SipListener::on_free_port(65_000, 1_000).is_err(),
-            "past 65535"
-        );
-        assert!(
-            SipListener::on_free_port(80, 10).is_err(),
-            "privileged ports"
-        );
-        let mut cfg = Config::default();
-        sip.apply(&mut cfg);
-        let cfg: Config = toml::from_str(&toml::to_string(&cfg).unwrap()).unwrap();
-        cfg.validate().unwrap();
-        assert!(cfg.sip.enabled);
-        assert_eq!(cfg.sip.listen, sip.addr);
-        assert_eq!(cfg.sip.overflow, SipOverflow::Reject);
-    }
-
-    #[test]
-    fn the_simulators_enforce_the_same_caps() {
-        let sim = caps().sim_config();
-        assert_eq!(
-            (
-                sim.stt.max_sessions,
-                sim.tts.max_sockets,
-                sim.dialog.max_streams
-            ),
-            (225, 240, 250)
-        );
-        let json = serde_json::to_string(&sim).unwrap();
-        let back: SimConfig = serde_json::from_str(&json).unwrap();
-        assert_eq!(back.stt.max_sessions, 225);
-        let none = Caps {
-            headroom: 300,
-            ..caps()
-        };
-        assert!(none.validate().is_err());
-    }
-
-    #[test]
-    fn idle_means_nothing_in_flight_anywhere() {
-        let mut s = serde_json::json!({
-            "admission": { "active": 0, "queued": 0 },
-            "calls": { "setting_up": 0, "overflowing": 0, "speaking": 0 },
-            "write_backlog": 0
-        });
-        assert!(is_idle(&s));
-        s["calls"]["overflowing"] = 3.into();
-        assert!(!is_idle(&s));
-        s["calls"]["overflowing"] = 0.into();
-        s["write_backlog"] = 12.into();
-        assert!(!is_idle(&s));
-        assert!(!is_idle(&serde_json::json!({})));
-    }
-}
+mod tests;

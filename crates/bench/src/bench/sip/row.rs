@@ -1,4 +1,4 @@
-//! One run of `callgate bench sip` as a table row, its validity, and the
+//! One run of `callgate-bench sip` as a table row, its validity, and the
 //! median and spread of repeated runs per path and size, side by side.
 //! Pure: no I/O, so the arithmetic and the layout are tested on numbers.
 

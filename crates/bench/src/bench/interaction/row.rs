@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use callgate_load::{LoadReport, Percentiles};
 use serde::Serialize;
 
-use crate::bench::receipts::Receipt;
 use crate::bench::row::{Check, Resources};
+use callgate_rig::measured::receipts::Receipt;
 
 /// The target for callgate's own share of turn latency, p99, µs.
 pub const OWN_P99_TARGET_US: u64 = 2_000;
@@ -132,7 +132,7 @@ impl InteractionRow {
             resources,
             max_send_lag_ms: s.max_send_lag_ms,
             media_frames_skipped: s.media_frames_skipped,
-            generator_kept_up: crate::bench::rig::generator_lag(s, setup.max_lag_ms).is_none(),
+            generator_kept_up: callgate_rig::measured::generator_lag(s, setup.max_lag_ms).is_none(),
         }
     }
 
@@ -431,8 +431,8 @@ fn repeat_line(calls: usize, all: &[&InteractionRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::receipts::TurnTiming;
     use callgate_load::{BargeInRecord, CallRecord, CallSid, Outcome};
+    use callgate_rig::measured::receipts::TurnTiming;
     use std::time::Duration;
 
     fn call(index: usize, clear_ms: Option<u64>, over_ms: u64) -> CallRecord {
