@@ -124,3 +124,19 @@ fn a_ci_sized_knee_staircase_signs_a_receipt_that_verifies() {
     assert!(bad_text.contains("differs"), "{bad_text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_committed_knee_receipt_verifies() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/drills/knee-quota-0.15");
+    let out = callgate(&["drill", "verify", example.to_str().unwrap()]);
+    let text = said(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("3 files match the digests"), "{text}");
+    let r = read_receipt(&example);
+    assert_eq!(r.squeeze.how, "quota 0.15");
+    assert!(r.finding.found, "every staircase of the example broke");
+    assert_eq!(
+        r.finding.recommended_max_concurrent_calls,
+        callgate_drill::knee::recommend(r.finding.knee, r.finding.margin)
+    );
+}
