@@ -54,6 +54,12 @@ enum Cmd {
     /// balancer, ending in a signed session-capacity receipt (exit 0 for
     /// promote or limited, 1 for hold or rollback); `drill verify`.
     Drill(drill::DrillArgs),
+    /// Moved: the benchmarks are `callgate-bench <scenario>` now.
+    #[command(hide = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        rest: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -86,6 +92,14 @@ fn main() -> ExitCode {
             Cmd::Demo(args) => demo::run(args).await,
             Cmd::Audit(args) => audit::run(args).await,
             Cmd::Drill(args) => drill::run(args).await,
+            Cmd::Bench { rest } => {
+                eprintln!(
+                    "callgate: the benchmarks moved to their own binary: callgate-bench {} \
+                     (cargo build --release -p callgate-cli -p callgate-bench)",
+                    rest.join(" ")
+                );
+                Ok(ExitCode::from(2))
+            }
         }
     });
     match result {

@@ -477,7 +477,7 @@ impl Rig {
             "--config".into(),
             dir.join("server.toml").display().to_string(),
         ];
-        let exe = std::env::current_exe().context("locating the callgate binary")?;
+        let exe = callgate_exe()?;
         let log = dir.join(format!("server-{n}.log"));
         self.procs.server = ChildProcess::spawn("server", &exe, &args, log)?;
         let ready = format!("{}/readyz", self.procs.base_url());
