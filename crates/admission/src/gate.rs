@@ -129,6 +129,13 @@ impl Gate {
         self.shared.with(|s, _| s.config().clone())
     }
 
+    /// The instance ceiling's configuration alone (no clone of the rest,
+    /// for readers that ask often).
+    #[must_use]
+    pub fn instance_config(&self) -> crate::InstanceConfig {
+        self.shared.with(|s, _| s.config().instance)
+    }
+
     /// True once [`Gate::start_drain`] was called.
     #[must_use]
     pub fn is_draining(&self) -> bool {

@@ -146,6 +146,11 @@ pub struct InstanceCeiling {
     /// When the ceiling last changed (a trip, a reopen or a step up).
     changed_at: Instant,
     trips: u64,
+    /// The window's p99 and sample count as of the last [`Self::observe`]
+    /// (the only place the window changes), so [`Self::view`] — read on
+    /// every admission decision — merges nothing.
+    p99: Option<Duration>,
+    samples: u64,
 }
 
 impl InstanceCeiling {
@@ -159,6 +164,8 @@ impl InstanceCeiling {
             ceiling: None,
             changed_at: now,
             trips: 0,
+            p99: None,
+            samples: 0,
         }
     }
 
@@ -182,15 +189,11 @@ impl InstanceCeiling {
     /// The current state, ceiling and p99.
     #[must_use]
     pub fn view(&self) -> InstanceView {
-        let merged = self.window_lag();
-        let samples = merged.count();
         InstanceView {
             state: self.state,
             ceiling: self.ceiling,
-            p99: (samples >= MIN_SAMPLES)
-                .then(|| merged.quantile(QUANTILE))
-                .flatten(),
-            samples,
+            p99: self.p99,
+            samples: self.samples,
             trips: self.trips,
         }
     }
@@ -213,10 +216,15 @@ impl InstanceCeiling {
             slice.lag.merge(lag);
             slice.min_active = slice.min_active.min(active);
         }
+        let merged = self.window_lag();
+        self.samples = merged.count();
+        self.p99 = (self.samples >= MIN_SAMPLES)
+            .then(|| merged.quantile(QUANTILE))
+            .flatten();
         if !self.cfg.is_on() {
             return (before, before);
         }
-        if let Some(p99) = self.view().p99 {
+        if let Some(p99) = self.p99 {
             self.step(now, p99, active, configured);
         }
         (before, self.state)

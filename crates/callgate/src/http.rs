@@ -286,7 +286,7 @@ async fn status(State(app): State<Arc<App>>) -> Response {
 /// configured one when it is.
 fn instance_json(app: &App, snap: &admission::GateSnapshot) -> serde_json::Value {
     let v = &snap.instance;
-    let cfg = app.call.gate.config().instance;
+    let cfg = app.call.gate.instance_config();
     let below = snap.decided_by == admission::Decider::Instance;
     serde_json::json!({
         "enabled": cfg.is_on(),

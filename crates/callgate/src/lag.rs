@@ -67,7 +67,7 @@ impl LagMeter {
     /// bound. Returns the gate's view.
     pub fn feed(&self, gate: &Gate, now: Instant) -> InstanceView {
         let view = gate.observe_lag(&self.take(), now);
-        let bound = gate.config().instance.blame_bound();
+        let bound = gate.instance_config().blame_bound();
         let over = view.p99.is_some_and(|p| p > bound);
         self.over_bound.store(over, Ordering::Relaxed);
         view
@@ -129,7 +129,7 @@ fn record_tick(meter: &LagMeter, late: Duration) {
 fn log_change(gate: &Gate, view: &InstanceView) {
     let snap = gate.snapshot();
     let p99_ms = view.p99.map(|p| p.as_millis());
-    let bound_ms = gate.config().instance.max_lag.as_millis();
+    let bound_ms = gate.instance_config().max_lag.as_millis();
     match view.state {
         InstanceState::Overloaded => warn!(
             p99_ms,
