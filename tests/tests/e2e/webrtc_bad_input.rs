@@ -1,5 +1,6 @@
 //! Bad input on the WebRTC ingress: each malformed or unacceptable offer
-//! gets its own 4xx with a JSON kind, an unauthenticated one a 401, a
+//! (a `sendonly` or `inactive` audio section and a second audio section
+//! among them) gets its own 4xx with a JSON kind, an unauthenticated one a 401, a
 //! `PATCH` a 405, an unknown session a 404; STUN for no session and DTLS
 //! garbage on the shared socket are dropped and counted — and the server
 //! still answers a good offer afterwards. Nothing panics, nothing is left.
@@ -54,7 +55,8 @@ async fn post(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_bad_offer_gets_its_own_refusal_and_a_good_one_still_works() {
     let h = Harness::start(SimConfig::default(), webrtc(true)).await;
-    let cases: [(&str, String, u16, &str); 5] = [
+    let second_audio = &OFFER[OFFER.find("m=audio").unwrap()..];
+    let cases: [(&str, String, u16, &str); 8] = [
         ("application/sdp", "hello".into(), 400, "bad_line"),
         (
             "application/sdp",
@@ -73,6 +75,24 @@ async fn every_bad_offer_gets_its_own_refusal_and_a_good_one_still_works() {
             OFFER.replace("a=fingerprint:", "a=x-fingerprint:"),
             400,
             "no_fingerprint",
+        ),
+        (
+            "application/sdp",
+            OFFER.replace("a=sendrecv", "a=sendonly"),
+            422,
+            "not_sendrecv",
+        ),
+        (
+            "application/sdp",
+            OFFER.replace("a=sendrecv", "a=inactive"),
+            422,
+            "not_sendrecv",
+        ),
+        (
+            "application/sdp",
+            format!("{OFFER}{}", second_audio.replace("a=mid:0", "a=mid:1")),
+            422,
+            "several_audio",
         ),
         ("application/json", OFFER.into(), 415, "content_type"),
     ];

@@ -1,9 +1,11 @@
 //! The offer screen: what a `POST /v1/webrtc` body must be before str0m
 //! parses it. Untrusted input, so it is bounded first (size, lines, line
-//! length), then read for the few facts callgate needs: an audio section
-//! offering Opus 48 kHz (RFC 7587), whether in-band FEC is allowed, and the
-//! ICE credentials and DTLS fingerprint without which no session can
-//! start. Fuzzed (`fuzz/fuzz_targets/webrtc_offer.rs`).
+//! length), then read for the few facts callgate needs: one audio section,
+//! `sendrecv` (a conversation: the caller speaks and hears), offering Opus
+//! 48 kHz (RFC 7587), whether in-band FEC is allowed, and the ICE
+//! credentials and DTLS fingerprint without which no session can start.
+//! Every refusal kind is in `docs/webrtc.md`'s error table. Fuzzed
+//! (`fuzz/fuzz_targets/webrtc_offer.rs`).
 
 /// Largest offer accepted, bytes (a browser's audio offer is ~3 KiB).
 pub const MAX_OFFER_BYTES: usize = crate::config::WebrtcConfig::MAX_OFFER_BYTES;
@@ -32,7 +34,7 @@ impl OfferError {
     /// cannot take (no Opus), `413` for size, `400` otherwise.
     pub fn status(&self) -> u16 {
         match self.kind {
-            "no_opus" | "no_audio" => 422,
+            "no_opus" | "no_audio" | "several_audio" | "not_sendrecv" => 422,
             "too_large" => 413,
             _ => 400,
         }
@@ -62,20 +64,30 @@ pub fn screen(body: &[u8]) -> Result<OfferFacts, OfferError> {
     let text = std::str::from_utf8(body)
         .map_err(|e| OfferError::new("not_utf8", format!("offer is not UTF-8: {e}")))?;
     let lines = lines(text)?;
-    let mut audio = false;
+    let mut audio = 0_usize;
     let mut in_audio = false;
+    let mut seen_media = false;
+    let (mut session_dir, mut audio_dir) = (None, None);
     let mut opus_pt = None;
     let mut fmtp = Vec::new();
     let (mut ufrag, mut pwd, mut fingerprint) = (None, false, false);
     for line in lines {
         if let Some(m) = line.strip_prefix("m=") {
             in_audio = m.starts_with("audio ");
-            audio |= in_audio;
+            seen_media = true;
+            audio += usize::from(in_audio);
             continue;
         }
         let Some(attr) = line.strip_prefix("a=") else {
             continue;
         };
+        if let Some(dir) = direction(attr) {
+            if !seen_media {
+                session_dir = Some(dir);
+            } else if in_audio {
+                audio_dir = Some(dir);
+            }
+        }
         if let Some(v) = attr.strip_prefix("ice-ufrag:") {
             ufrag.get_or_insert_with(|| v.trim().to_string());
         }
@@ -94,11 +106,30 @@ pub fn screen(body: &[u8]) -> Result<OfferFacts, OfferError> {
             fmtp.push(rest.to_string());
         }
     }
-    if !audio {
+    if audio == 0 {
         return Err(OfferError::new(
             "no_audio",
             "the offer has no m=audio section",
         ));
+    }
+    if audio > 1 {
+        return Err(OfferError::new(
+            "several_audio",
+            format!("the offer has {audio} m=audio sections; a call has one"),
+        ));
+    }
+    // RFC 8866 §6.7: a media-level direction overrides the session's; none
+    // at all means sendrecv.
+    match audio_dir.or(session_dir).unwrap_or("sendrecv") {
+        "sendrecv" => {}
+        other => {
+            return Err(OfferError::new(
+                "not_sendrecv",
+                format!(
+                    "the audio section is {other}; a call needs sendrecv (the caller speaks and hears the bot)"
+                ),
+            ));
+        }
     }
     let opus_pt = opus_pt.ok_or_else(|| {
         OfferError::new(
@@ -159,6 +190,13 @@ fn lines(text: &str) -> Result<Vec<&str>, OfferError> {
         return Err(OfferError::new("bad_line", "an SDP offer starts with v=0"));
     }
     Ok(out)
+}
+
+/// The direction attribute `attr` is, if it is one.
+fn direction(attr: &str) -> Option<&'static str> {
+    ["sendrecv", "sendonly", "recvonly", "inactive"]
+        .into_iter()
+        .find(|d| attr.trim_end() == *d)
 }
 
 fn is_opus(codec: &str) -> bool {
@@ -241,6 +279,46 @@ a=rtpmap:0 PCMU/8000\r\na=rtpmap:8 PCMA/8000\r\n";
             screen(bad_ufrag.as_bytes()).unwrap_err().kind,
             "no_ice_credentials"
         );
+    }
+
+    #[test]
+    fn an_audio_section_that_is_not_sendrecv_is_a_422() {
+        for dir in ["sendonly", "recvonly", "inactive"] {
+            let offer = CHROME.replace("a=sendrecv\r\n", &format!("a={dir}\r\n"));
+            let e = screen(offer.as_bytes()).unwrap_err();
+            assert_eq!((e.kind, e.status()), ("not_sendrecv", 422), "{dir}");
+            assert!(e.detail.contains(dir), "{e:?}");
+        }
+        // The session-level direction counts when the section has none …
+        let session = CHROME
+            .replace("a=sendrecv\r\n", "")
+            .replace("t=0 0\r\n", "t=0 0\r\na=sendonly\r\n");
+        assert_eq!(screen(session.as_bytes()).unwrap_err().kind, "not_sendrecv");
+        // … and the section's own overrides it (RFC 8866 §6.7).
+        let overridden = CHROME.replace("t=0 0\r\n", "t=0 0\r\na=inactive\r\n");
+        assert!(screen(overridden.as_bytes()).is_ok());
+        // No direction anywhere means sendrecv.
+        let none = CHROME.replace("a=sendrecv\r\n", "");
+        assert!(screen(none.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn a_second_audio_section_is_a_422() {
+        let section = &CHROME[CHROME.find("m=audio").unwrap()..];
+        let two = format!("{CHROME}{}", section.replace("a=mid:0", "a=mid:1"));
+        let e = screen(two.as_bytes()).unwrap_err();
+        assert_eq!((e.kind, e.status()), ("several_audio", 422));
+    }
+
+    #[test]
+    fn every_refusal_kind_is_in_the_documented_error_table() {
+        let doc = include_str!("../../../../../docs/webrtc.md");
+        for kind in fuzz_tests::KINDS.iter().chain(&["bad_sdp"]) {
+            assert!(
+                doc.contains(&format!("`{kind}`")),
+                "docs/webrtc.md does not name the refusal kind {kind}"
+            );
+        }
     }
 
     #[test]

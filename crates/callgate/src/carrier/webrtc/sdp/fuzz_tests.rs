@@ -26,7 +26,7 @@
 use super::{MAX_OFFER_BYTES, OfferError, OfferFacts, screen};
 
 /// Every refusal kind the screen may name (metric label, JSON `error`).
-pub const KINDS: [&str; 9] = [
+pub const KINDS: [&str; 11] = [
     "too_large",
     "not_utf8",
     "too_many_lines",
@@ -34,6 +34,8 @@ pub const KINDS: [&str; 9] = [
     "bad_line",
     "no_audio",
     "no_opus",
+    "several_audio",
+    "not_sendrecv",
     "no_ice_credentials",
     "no_fingerprint",
 ];
@@ -62,7 +64,7 @@ fn check_refusal(body: &[u8], e: &OfferError) {
     assert!(!e.detail.is_empty(), "{e:?}");
     let status = match e.kind {
         "too_large" => 413,
-        "no_audio" | "no_opus" => 422,
+        "no_audio" | "no_opus" | "several_audio" | "not_sendrecv" => 422,
         _ => 400,
     };
     assert_eq!(e.status(), status, "{e:?}");
