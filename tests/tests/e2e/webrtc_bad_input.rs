@@ -176,8 +176,9 @@ async fn every_bad_offer_gets_its_own_refusal_and_a_good_one_still_works() {
 
     // Still serving: a good offer is answered (no browser follows it, so the
     // session ends `ice_failed` within its 1 s bound, leaving nothing).
-    let (got, _) = post(&h, "application/sdp", OFFER).await;
+    let (got, answer) = post(&h, "application/sdp", OFFER).await;
     assert_eq!(got, 201);
+    answer_is_as_documented(answer.as_str().unwrap(), w.advertised);
     let ledger = callgate_tests::eventually(
         Duration::from_secs(15),
         "the unconnected session ended ice_failed",
@@ -194,6 +195,53 @@ async fn every_bad_offer_gets_its_own_refusal_and_a_good_one_still_works() {
     .await;
     assert_eq!(ledger.flatten().as_deref(), Some("ice_failed"));
     h.assert_webrtc_clear().await;
+}
+
+/// Every line of `docs/webrtc.md`'s example answer is in the real one, with
+/// the example's address and port (`203.0.113.10:3478`) read as the
+/// advertised ones; a candidate line is compared from its component on
+/// (its foundation and priority are the stack's). Nothing the example
+/// leaves out may contradict it: no trickle option.
+fn answer_is_as_documented(answer: &str, advertised: std::net::SocketAddr) {
+    let doc = include_str!("../../../docs/webrtc.md");
+    let block = doc
+        .split("HTTP/1.1 201 Created")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("the doc's 201 example");
+    let sdp = block.split("\n\n").nth(1).expect("the example's SDP");
+    let lines: Vec<&str> = answer.split("\r\n").collect();
+    let mut checked = 0;
+    for want in sdp
+        .lines()
+        .filter(|l| !l.trim().is_empty() && l.trim() != "…")
+    {
+        let want = want
+            .replace("203.0.113.10", &advertised.ip().to_string())
+            .replace("3478", &advertised.port().to_string());
+        let found = match want.strip_prefix("a=candidate:") {
+            Some(c) => {
+                let tail = |l: &str| l.split(' ').skip(1).map(str::to_string).collect::<Vec<_>>();
+                let want_tail: Vec<String> = c.split(' ').skip(1).map(str::to_string).collect();
+                lines.iter().any(|l| {
+                    l.strip_prefix("a=candidate:").is_some_and(|got| {
+                        let g = tail(got);
+                        g.first() == want_tail.first()
+                            && g.get(1).map(|s| s.to_ascii_lowercase()) == want_tail.get(1).cloned()
+                            && g.get(3..).is_some_and(|g| g.starts_with(&want_tail[3..]))
+                    })
+                })
+            }
+            None => lines.contains(&want.as_str()),
+        };
+        assert!(
+            found,
+            "the answer lacks the documented line {want:?}:\n{answer}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 8, "the example shows {checked} lines");
+    assert!(!answer.contains("trickle"), "{answer}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

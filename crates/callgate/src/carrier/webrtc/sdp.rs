@@ -5,7 +5,10 @@
 //! 48 kHz (RFC 7587), whether in-band FEC is allowed, and the ICE
 //! credentials and DTLS fingerprint without which no session can start.
 //! Every refusal kind is in `docs/webrtc.md`'s error table. Fuzzed
-//! (`fuzz/fuzz_targets/webrtc_offer.rs`).
+//! (`fuzz/fuzz_targets/webrtc_offer.rs`). [`answer::finish`] makes the
+//! answer what the same document shows.
+
+pub mod answer;
 
 /// Largest offer accepted, bytes (a browser's audio offer is ~3 KiB).
 pub const MAX_OFFER_BYTES: usize = crate::config::WebrtcConfig::MAX_OFFER_BYTES;

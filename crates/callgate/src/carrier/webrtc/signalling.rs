@@ -184,7 +184,10 @@ fn answer(w: &WebrtcShared, offer: &str) -> Result<(str0m::Rtc, String), String>
         .sdp_api()
         .accept_offer(offer)
         .map_err(|e| format!("offer not acceptable: {e}"))?;
-    Ok((rtc, answer.to_sdp_string()))
+    Ok((
+        rtc,
+        sdp::answer::finish(&answer.to_sdp_string(), w.advertised),
+    ))
 }
 
 fn refused(cfg: &WebrtcConfig, reason: &str) -> Response {
