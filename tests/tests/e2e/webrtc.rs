@@ -216,6 +216,40 @@ async fn a_closed_tab_ends_consent_lost_and_leaves_nothing_behind() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_that_closes_its_peer_connection_hangs_up_at_once() {
+    let h = harness(|_| {}).await;
+    let browser = Browser::launch(None).await;
+    let tab = browser.open(&page(&h)).await;
+    call_admitted(&tab).await;
+    greeting_heard(&tab).await;
+    let session = session_of(&tab).await;
+    let gate = &h.server.app.call.gate;
+    assert_eq!(gate.snapshot().active, 1);
+    let closed = std::time::Instant::now();
+    tab.eval("callgate.closePeer()").await.unwrap();
+    let freed = callgate_tests::eventually(
+        Duration::from_secs(10),
+        "the slot freed",
+        async || (gate.snapshot().active, closed.elapsed()),
+        |(active, _)| *active == 0,
+    )
+    .await
+    .1;
+    eprintln!("slot freed {freed:?} after close()");
+    // Within a consent interval, far inside the 4 s consent bound: the
+    // close, not the silence after it, ended the call.
+    assert!(freed < Duration::from_secs(2), "freed after {freed:?}");
+    let l = h.closed_ledger(&session).await;
+    assert_eq!(
+        l.end_reason.as_deref(),
+        Some("caller_hangup"),
+        "{:#}",
+        l.stats
+    );
+    h.assert_webrtc_clear().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_capacity_two_a_third_browser_is_refused_with_503_and_recorded() {
     let h = harness(|c| {
         c.admission.max_concurrent_calls = MaxCalls::Pinned(2);

@@ -150,18 +150,27 @@ struct Task {
 /// Why the loop stopped.
 enum Stop {
     Lost(Loss, String),
+    /// The peer closed DTLS (close_notify: what `RTCPeerConnection.close()`
+    /// sends): a hang-up, at once.
+    PeerClosed,
+    /// The leg asked.
     Closed,
 }
 
 impl Task {
     async fn run(mut self) {
-        let stop = self.drive().await;
-        if let Stop::Lost(loss, detail) = stop {
-            metrics::counter!(m::WEBRTC_LOST, "why" => loss.as_str()).increment(1);
-            lock(&self.report).lost = Some(loss);
+        let terminal = match self.drive().await {
+            Stop::Lost(loss, detail) => {
+                metrics::counter!(m::WEBRTC_LOST, "why" => loss.as_str()).increment(1);
+                lock(&self.report).lost = Some(loss);
+                Some(LegEvent::TransportLost(loss, detail))
+            }
+            Stop::PeerClosed => Some(LegEvent::Hangup),
+            Stop::Closed => None,
+        };
+        if let Some(ev) = terminal {
             // Terminal: waits for room (the call reads it), bounded so a
             // leg that has stopped reading cannot hold the task.
-            let ev = LegEvent::TransportLost(loss, detail);
             let _ = tokio::time::timeout(TERMINAL_SEND, self.events.send(ev)).await;
         }
         self.rtc.disconnect();
@@ -309,6 +318,7 @@ impl Task {
             Event::MediaData(d) => self.on_audio(d.time.numer(), &d.data),
             Event::MediaIngressStats(s) => lock(&self.report).ingress(&s),
             Event::MediaEgressStats(s) => lock(&self.report).egress(&s),
+            Event::Closed => return Err(Stop::PeerClosed),
             _ => {}
         }
         Ok(())
