@@ -25,7 +25,8 @@ fn webrtc(cfg: &mut Config) {
     cfg.webrtc.enabled = true;
     cfg.webrtc.listen = "127.0.0.1:0".parse().unwrap();
     cfg.webrtc.open = true;
-    cfg.webrtc.consent_timeout_ms = 4_000;
+    // Above `call.media_stall_ms` (5 s), which must not pre-empt it.
+    cfg.webrtc.consent_timeout_ms = 6_000;
 }
 
 async fn harness(tweak: impl FnOnce(&mut Config)) -> Harness {
@@ -205,8 +206,20 @@ async fn a_closed_tab_ends_consent_lost_and_leaves_nothing_behind() {
         "{:#}",
         l.stats
     );
-    // The configured bound (4 s) plus the ledger's write-behind.
-    assert!(took < Duration::from_secs(12), "ended after {took:?}");
+    // The configured bound (6 s) plus the ledger's write-behind; not the
+    // 5 s media stall.
+    assert!(took < Duration::from_secs(14), "ended after {took:?}");
+    assert!(took >= Duration::from_millis(5_500), "ended after {took:?}");
+    let status: serde_json::Value = reqwest::get(format!(
+        "http://{}/v1/webrtc/sessions/{session}",
+        h.server.addr
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(status["end_reason"], "consent_lost", "{status}");
     assert_eq!(
         l.stats["media"]["transport"]["lost"], "consent_lost",
         "{:#}",
@@ -245,6 +258,45 @@ async fn a_page_that_closes_its_peer_connection_hangs_up_at_once() {
         Some("caller_hangup"),
         "{:#}",
         l.stats
+    );
+    h.assert_webrtc_clear().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_browser_that_keeps_consent_but_sends_no_audio_ends_media_stalled() {
+    let h = harness(|_| {}).await;
+    let browser = Browser::launch(None).await;
+    let tab = browser.open(&page(&h)).await;
+    call_admitted(&tab).await;
+    greeting_heard(&tab).await;
+    let session = session_of(&tab).await;
+    let stopped = std::time::Instant::now();
+    tab.eval("callgate.stopSending()").await.unwrap();
+    let l = h.closed_ledger(&session).await;
+    let took = stopped.elapsed();
+    assert_eq!(
+        l.end_reason.as_deref(),
+        Some("carrier_media_stalled"),
+        "{:#}",
+        l.stats
+    );
+    // `call.media_stall_ms` (5 s), before the 6 s consent bound could be
+    // reached: the browser kept answering for its consent.
+    assert!(took >= Duration::from_millis(4_500), "ended after {took:?}");
+    assert_eq!(
+        l.stats["media"]["transport"]["lost"],
+        "carrier_media_stalled"
+    );
+    tab.wait_for(
+        "callgate.endReason",
+        Duration::from_secs(5),
+        "the page's status poll showing the ending",
+    )
+    .await;
+    assert_eq!(
+        tab.eval("callgate.endReason").await.unwrap(),
+        "carrier_media_stalled",
+        "the status names the receipt's ending"
     );
     h.assert_webrtc_clear().await;
 }

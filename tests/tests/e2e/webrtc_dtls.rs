@@ -1,7 +1,10 @@
 //! A WebRTC client whose ICE completes but whose DTLS never does (a str0m
 //! client whose DTLS datagrams are dropped on the way, STUN passed): the
-//! call ends `dtls_failed` within `webrtc.dtls_timeout_ms` through the
-//! core's one terminal transition, and nothing is left routed.
+//! call ends `dtls_failed` at `webrtc.dtls_timeout_ms` through the core's
+//! one terminal transition, and nothing is left routed; a client that never
+//! starts ICE ends `ice_failed` at `webrtc.ice_timeout_ms`. Both timeouts
+//! are set above `call.media_stall_ms` (5 s), which must not pre-empt
+//! them, and the session's status names the same ending as the receipt.
 
 #![allow(clippy::unwrap_used)] // tests may unwrap: a failure is the assertion
 
@@ -35,7 +38,7 @@ async fn ice_without_dtls_ends_dtls_failed_within_its_bound() {
         c.webrtc.enabled = true;
         c.webrtc.listen = "127.0.0.1:0".parse().unwrap();
         c.webrtc.open = true;
-        c.webrtc.dtls_timeout_ms = 1_000;
+        c.webrtc.dtls_timeout_ms = 6_000;
     })
     .await;
     let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
@@ -62,7 +65,7 @@ async fn ice_without_dtls_ends_dtls_failed_within_its_bound() {
     let started = Instant::now();
     let (mut stun_sent, mut dtls_dropped) = (0, 0);
     let mut buf = vec![0u8; 2_048];
-    while started.elapsed() < Duration::from_secs(8) {
+    while started.elapsed() < Duration::from_secs(14) {
         let wait = match rtc.poll_output().unwrap() {
             Output::Transmit(t) => {
                 if Kind::of(&t.contents) == Kind::Stun {
@@ -98,6 +101,7 @@ async fn ice_without_dtls_ends_dtls_failed_within_its_bound() {
             break;
         }
     }
+    let took = started.elapsed();
     let l = h.closed_ledger(&session).await;
     assert_eq!(
         l.end_reason.as_deref(),
@@ -105,6 +109,8 @@ async fn ice_without_dtls_ends_dtls_failed_within_its_bound() {
         "{:#}",
         l.stats
     );
+    assert!(took >= Duration::from_millis(5_500), "ended after {took:?}");
+    assert_eq!(status_end_reason(&h, &session).await, "dtls_failed");
     assert!(
         stun_sent > 0 && dtls_dropped > 0,
         "ICE ran ({stun_sent} checks), DTLS was dropped ({dtls_dropped})"
@@ -118,5 +124,55 @@ async fn ice_without_dtls_ends_dtls_failed_within_its_bound() {
         metrics.contains("callgate_webrtc_transport_lost_total{why=\"dtls_failed\"} 1"),
         "{metrics}"
     );
+    h.assert_webrtc_clear().await;
+}
+
+/// The session's status `end_reason` (it lingers after the end).
+async fn status_end_reason(h: &Harness, session: &str) -> String {
+    let r = reqwest::Client::new()
+        .get(format!(
+            "http://{}/v1/webrtc/sessions/{session}",
+            h.server.addr
+        ))
+        .send()
+        .await
+        .unwrap();
+    let v: serde_json::Value = r.json().await.unwrap();
+    v["end_reason"].as_str().unwrap_or_default().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_ice_ends_ice_failed_at_its_timeout_not_at_the_media_stall() {
+    let h = Harness::start(SimConfig::default(), |c| {
+        c.webrtc.enabled = true;
+        c.webrtc.listen = "127.0.0.1:0".parse().unwrap();
+        c.webrtc.open = true;
+        c.webrtc.ice_timeout_ms = 6_000;
+    })
+    .await;
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let (_rtc, offer, _pending) = offer(&sock).await;
+    callgate::ensure_tls_provider();
+    let posted = Instant::now();
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/v1/webrtc", h.server.addr))
+        .header("content-type", "application/sdp")
+        .body(offer.to_sdp_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let session = r.headers()["location"]
+        .to_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let l = h.closed_ledger(&session).await;
+    let took = posted.elapsed();
+    assert_eq!(l.end_reason.as_deref(), Some("ice_failed"), "{:#}", l.stats);
+    assert!(took >= Duration::from_millis(5_500), "ended after {took:?}");
+    assert_eq!(status_end_reason(&h, &session).await, "ice_failed");
     h.assert_webrtc_clear().await;
 }

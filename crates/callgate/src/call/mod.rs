@@ -122,7 +122,10 @@ impl<L: Leg> CallActor<L> {
             cfg.tools.max_in_flight_per_call,
         )
         .with_gauge(PhaseGauge::delegating(Some(Arc::clone(&app.counters))));
-        let core = CallCore::new(core_config(&cfg, leg.format()), now);
+        let mut core = CallCore::new(core_config(&cfg, leg.format()), now);
+        if leg.bounds_its_own_media() {
+            core.leg_bounds_media();
+        }
         CallActor {
             permit,
             leg,

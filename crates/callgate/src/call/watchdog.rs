@@ -14,7 +14,10 @@
 //!   asks STT to finalize), then transfer.
 //! - **media** — the carrier stopped sending frames for `media_stall` (a carrier
 //!   streams continuously, even in silence): nobody is listening, so the call
-//!   ends without a prompt.
+//!   ends without a prompt. Off for a leg that bounds its own media
+//!   ([`Watchdog::leg_bounds_media`]: WebRTC, whose ICE, DTLS and consent
+//!   clocks decide, and which applies the media-stall rule itself while the
+//!   peer keeps consent).
 
 use std::time::{Duration, Instant};
 
@@ -103,6 +106,8 @@ pub struct Watchdog {
     media_check: Instant,
     /// The carrier is detached (see [`Watchdog::media_suspended`]).
     media_suspended: bool,
+    /// The leg bounds its own media (see [`Watchdog::leg_bounds_media`]).
+    media_by_leg: bool,
     /// When the caller's current speech began (local VAD), and when STT last
     /// delivered a final: the two detectors race, so a final that arrived
     /// during the speech already covers it.
@@ -121,6 +126,7 @@ impl Watchdog {
             last_media: now,
             media_check: now + cfg.media_stall,
             media_suspended: false,
+            media_by_leg: false,
             speech_started: None,
             last_final: None,
             stalls: 0,
@@ -197,12 +203,18 @@ impl Watchdog {
         self.media_check = now + self.cfg.media_stall;
     }
 
+    /// The leg ends the call itself when its peer's media stops (WebRTC:
+    /// the transport's own clocks): the media clock never fires.
+    pub fn leg_bounds_media(&mut self) {
+        self.media_by_leg = true;
+    }
+
     /// The earliest instant at which `poll` may have something to say.
     pub fn next_deadline(&self) -> Instant {
         [
             self.reply.deadline,
             self.stt.deadline,
-            Some(self.media_check),
+            (!self.media_by_leg).then_some(self.media_check),
         ]
         .into_iter()
         .flatten()
@@ -212,7 +224,7 @@ impl Watchdog {
 
     /// The action due at `now`, if any. Call until `None`.
     pub fn poll(&mut self, now: Instant) -> Option<Action> {
-        if self.media_suspended {
+        if self.media_suspended || self.media_by_leg {
             self.media_check = self.media_check.max(now + self.cfg.media_stall);
         } else if now >= self.media_check {
             if now.duration_since(self.last_media) >= self.cfg.media_stall {
@@ -249,6 +261,19 @@ mod tests {
 
     fn s(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    #[test]
+    fn a_leg_that_bounds_its_own_media_is_never_ended_by_the_media_clock() {
+        let t0 = Instant::now();
+        let mut w = Watchdog::new(cfg(), t0);
+        w.leg_bounds_media();
+        w.media_seen(t0 + s(100));
+        assert_eq!(w.poll(t0 + s(60_000)), None);
+        // Only the clocks that are armed set the next deadline.
+        w.reply_owed(t0 + s(60_000));
+        assert_eq!(w.next_deadline(), t0 + s(62_000));
+        assert_eq!(w.stalls, 0);
     }
 
     #[test]

@@ -126,6 +126,10 @@ pub enum TransportLoss {
     /// pair went away: a closed tab, a lost network (`consent_lost`).
     #[serde(rename = "consent_lost")]
     Consent,
+    /// The peer kept its consent but sent no audio for
+    /// `call.media_stall_ms` (`carrier_media_stalled`).
+    #[serde(rename = "carrier_media_stalled")]
+    MediaStalled,
 }
 
 impl TransportLoss {
@@ -134,6 +138,7 @@ impl TransportLoss {
             TransportLoss::Ice => "ice_failed",
             TransportLoss::Dtls => "dtls_failed",
             TransportLoss::Consent => "consent_lost",
+            TransportLoss::MediaStalled => "carrier_media_stalled",
         }
     }
 
@@ -143,6 +148,7 @@ impl TransportLoss {
             TransportLoss::Ice => EndReason::IceFailed,
             TransportLoss::Dtls => EndReason::DtlsFailed,
             TransportLoss::Consent => EndReason::ConsentLost,
+            TransportLoss::MediaStalled => EndReason::MediaStalled,
         }
     }
 }
@@ -278,6 +284,15 @@ pub trait Leg: Send + 'static {
     /// play a prompt on, and a proxy fails over faster on a quick answer.
     fn prompt_before_refusal(&self) -> bool {
         true
+    }
+
+    /// Whether the leg ends the call itself when its peer's media stops,
+    /// on clocks of its own (WebRTC: ICE and DTLS before media flows, then
+    /// consent, and `call.media_stall_ms` only while the peer keeps
+    /// consent). The call's own media-stall clock is then off, so it
+    /// cannot pre-empt the transport's endings.
+    fn bounds_its_own_media(&self) -> bool {
+        false
     }
 
     /// Whether audio played now reaches the caller (a SIP call that is not

@@ -513,6 +513,12 @@ impl CallCore {
         }
     }
 
+    /// The leg bounds its own media (`Leg::bounds_its_own_media`): the
+    /// watchdog's media clock stays off for this call.
+    pub fn leg_bounds_media(&mut self) {
+        self.watchdog.leg_bounds_media();
+    }
+
     /// The shell's word on the instance's own lag (`lag::LagMeter`), given
     /// before each step; it steps nothing by itself.
     pub fn note_instance_lag(&mut self, over_bound: bool) {

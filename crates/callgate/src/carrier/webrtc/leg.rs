@@ -253,6 +253,10 @@ impl Leg for WebrtcLeg {
         self.media.is_some()
     }
 
+    fn bounds_its_own_media(&self) -> bool {
+        true
+    }
+
     async fn finish(mut self, how: Finish, bound: Duration) -> Finished {
         let (state, reason) = match &how {
             Finish::Transfer { cause, .. } | Finish::Hangup(cause) => match cause {

@@ -45,6 +45,11 @@ const EVENTS: usize = 64;
 const MAX_LAG: Duration = Duration::from_millis(100);
 /// Longest wait for room for the terminal event.
 const TERMINAL_SEND: Duration = Duration::from_secs(2);
+/// A consent check this long after the peer's last audio proves the peer
+/// is still there (a vanished browser's last check left with its last
+/// packet): only then may `call.media_stall_ms` end the call as stalled
+/// media; otherwise consent decides.
+const CONSENT_AFTER_AUDIO: Duration = Duration::from_millis(500);
 
 /// Fixed for the session's life.
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +57,9 @@ pub struct Settings {
     pub ice_timeout: Duration,
     pub dtls_timeout: Duration,
     pub consent_timeout: Duration,
+    /// `call.media_stall_ms`: no audio this long, while the peer keeps
+    /// consent, ends the call `carrier_media_stalled`.
+    pub media_stall: Duration,
     /// The offer allowed Opus in-band FEC.
     pub fec: bool,
     /// libopus encoder complexity (`webrtc.opus_complexity`).
@@ -106,6 +114,7 @@ pub fn start(
         answered: now,
         ice_up: None,
         dtls_up: false,
+        last_audio: None,
         last_check: now,
         audio: None,
         want_audio: false,
@@ -137,6 +146,8 @@ struct Task {
     answered: Instant,
     ice_up: Option<Instant>,
     dtls_up: bool,
+    /// The peer's last audio packet (from DTLS up on, its moment).
+    last_audio: Option<Instant>,
     /// The browser's last STUN binding request (its consent check).
     last_check: Instant,
     /// The audio m-line and the Opus payload type, once str0m has them.
@@ -245,8 +256,20 @@ impl Task {
         match (self.ice_up, self.dtls_up) {
             (None, _) => self.answered + s.ice_timeout,
             (Some(at), false) => (at + s.dtls_timeout).min(self.last_check + s.consent_timeout),
-            (Some(_), true) => self.last_check + s.consent_timeout,
+            (Some(_), true) => {
+                let consent = self.last_check + s.consent_timeout;
+                self.media_deadline().map_or(consent, |m| m.min(consent))
+            }
         }
+    }
+
+    /// When `call.media_stall_ms` may end the call: only once a consent
+    /// check came after the peer's last audio (the peer is there but
+    /// silent). Until then no deadline: consent decides, and each new
+    /// check is a datagram that wakes the loop.
+    fn media_deadline(&self) -> Option<Instant> {
+        let a = self.last_audio?;
+        (self.last_check >= a + CONSENT_AFTER_AUDIO).then_some(a + self.settings.media_stall)
     }
 
     fn check_deadlines(&self, now: Instant) -> Option<Stop> {
@@ -267,6 +290,13 @@ impl Task {
             Some(_) if now >= self.last_check + s.consent_timeout => Some(Stop::Lost(
                 Loss::Consent,
                 format!("no STUN consent check for {} ms", ms(s.consent_timeout)),
+            )),
+            Some(_) if self.media_deadline().is_some_and(|d| now >= d) => Some(Stop::Lost(
+                Loss::MediaStalled,
+                format!(
+                    "no audio for {} ms while the peer kept its consent",
+                    ms(s.media_stall)
+                ),
             )),
             _ => None,
         }
@@ -309,13 +339,17 @@ impl Task {
             },
             Event::Connected => {
                 self.dtls_up = true;
+                self.last_audio = Some(now);
                 self.next_tick = Some(now);
                 lock(&self.report).dtls_ms = Some(ms_since(self.answered, now));
             }
             Event::MediaAdded(a) if a.kind == MediaKind::Audio => {
                 self.audio = Some((a.mid, Pt::new_with_value(self.settings.opus_pt)));
             }
-            Event::MediaData(d) => self.on_audio(d.time.numer(), &d.data),
+            Event::MediaData(d) => {
+                self.last_audio = Some(now);
+                self.on_audio(d.time.numer(), &d.data);
+            }
             Event::MediaIngressStats(s) => lock(&self.report).ingress(&s),
             Event::MediaEgressStats(s) => lock(&self.report).egress(&s),
             Event::Closed => return Err(Stop::PeerClosed),

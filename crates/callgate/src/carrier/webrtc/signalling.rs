@@ -226,6 +226,7 @@ async fn start_call(
         ice_timeout: ms(w.cfg.ice_timeout_ms),
         dtls_timeout: ms(w.cfg.dtls_timeout_ms),
         consent_timeout: ms(w.cfg.consent_timeout_ms),
+        media_stall: ms(app.cfg().call.media_stall_ms),
         fec: facts.fec,
         opus_complexity: w.cfg.opus_complexity,
         opus_pt: facts.opus_pt,
