@@ -72,6 +72,7 @@ pub async fn run<L: Leg>(
     pacer.push_audio(Prompt::Overflow.audio(format));
     pacer.push_mark(mark.clone());
     let grace = ms(cfg.call.final_mark_grace_ms);
+    leg.refusing(reason);
     // A leg that answers refusals at once (SIP `503`/`302`), or whose
     // media cannot be opened, is finished without the prompt.
     let plays = leg.prompt_before_refusal() && leg.open_media().await.is_ok();
@@ -97,10 +98,23 @@ pub async fn run<L: Leg>(
     };
     metrics::counter!(m::OVERFLOWED, "reason" => reason, "prompt_heard" => prompt_heard.to_string())
         .increment(1);
-    info!(
-        reason,
-        prompt_heard, "call_overflowed: prompt played, leg finished for transfer"
-    );
+    if !plays {
+        info!(
+            reason,
+            "call_overflowed: no prompt (the leg answered the refusal itself), leg finished"
+        );
+    } else if prompt_heard {
+        info!(
+            reason,
+            "call_overflowed: prompt played to its end, leg finished for transfer"
+        );
+    } else {
+        info!(
+            reason,
+            caller_left = peer_left_at.is_some(),
+            "call_overflowed: prompt not heard to its end, leg finished"
+        );
+    }
     notify_webhook(app, &call);
     outcome
 }

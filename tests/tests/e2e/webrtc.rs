@@ -302,6 +302,52 @@ async fn a_browser_that_keeps_consent_but_sends_no_audio_ends_media_stalled() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_browser_that_is_then_refused_hears_the_overflow_prompt() {
+    let h = harness(|c| {
+        c.admission.max_concurrent_calls = MaxCalls::Pinned(1);
+        c.admission.queue_max = 1;
+        c.admission.queue_timeout_ms = 2_000;
+    })
+    .await;
+    let browser = Browser::launch(None).await;
+    let first = browser.open(&page(&h)).await;
+    call_admitted(&first).await;
+    let queued = browser.open(&page(&h)).await;
+    assert_eq!(call(&queued).await, "connecting", "a 201: queued");
+    queued
+        .wait_for(
+            "callgate.state === 'refusing' && callgate.state",
+            Duration::from_secs(15),
+            "the status saying the overflow prompt plays",
+        )
+        .await;
+    queued
+        .wait_for(
+            "callgate.state === 'refused' && callgate.state",
+            Duration::from_secs(20),
+            "the status saying refused once the prompt is over",
+        )
+        .await;
+    assert_eq!(
+        queued.eval("callgate.endReason").await.unwrap(),
+        "queue_timeout"
+    );
+    let metrics = h.metrics_text().await;
+    assert!(
+        metrics.contains(
+            "callgate_overflow_calls_total{reason=\"queue_timeout\",prompt_heard=\"true\"} 1"
+        ),
+        "the prompt was played to its final mark: {metrics}"
+    );
+    assert_eq!(
+        h.rejection_reasons().await,
+        vec!["queue_timeout".to_string()]
+    );
+    first.eval("callgate.hangup()").await.unwrap();
+    h.assert_webrtc_clear().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_capacity_two_a_third_browser_is_refused_with_503_and_recorded() {
     let h = harness(|c| {
         c.admission.max_concurrent_calls = MaxCalls::Pinned(2);

@@ -278,6 +278,12 @@ pub trait Leg: Send + 'static {
     /// audio instead and do nothing here.
     fn queued(&mut self) {}
 
+    /// The call is refused (or failed setup) and goes to the overflow
+    /// path with `reason`; called before [`Leg::open_media`] there. A leg
+    /// whose signalling shows a state says so (WebRTC: the session status
+    /// is `refusing` while the prompt plays, never `admitted`).
+    fn refusing(&mut self, _reason: &str) {}
+
     /// Whether a refused caller hears the overflow prompt on this leg
     /// before it is finished. A SIP leg under `sip.overflow = "reject"` or
     /// `"redirect"` answers `503`/`302` at once instead: it has no media to

@@ -54,6 +54,9 @@ pub struct WebrtcLeg {
     events: VecDeque<LegEvent>,
     /// The terminal event seen, for the session's `end_reason`.
     left: Option<String>,
+    /// The refusal's reason, once the call goes to the overflow path
+    /// (the `finish` that follows reports it).
+    refusing: Option<String>,
     ended: bool,
     stats: LegStats,
 }
@@ -73,6 +76,7 @@ impl WebrtcLeg {
             media: None,
             events: VecDeque::new(),
             left: None,
+            refusing: None,
             ended: false,
             stats: LegStats::default(),
         }
@@ -236,7 +240,18 @@ impl Leg for WebrtcLeg {
         }
         self.events.extend(early);
         self.ended = false;
-        self.go("admitted")
+        // A refused call's prompt is not the conversation: `refusing` until
+        // the prompt is over and `finish` says `refused`.
+        let state = if self.refusing.is_some() {
+            "refusing"
+        } else {
+            "admitted"
+        };
+        self.go(state)
+    }
+
+    fn refusing(&mut self, reason: &str) {
+        self.refusing = Some(reason.to_string());
     }
 
     fn queued(&mut self) {
@@ -245,8 +260,11 @@ impl Leg for WebrtcLeg {
         }
     }
 
+    /// With `webrtc.overflow = "prompt"`; and always for a caller who
+    /// was queued: its `201` is sent and its media runs, so a `503` is no
+    /// longer possible and the prompt is what it hears.
     fn prompt_before_refusal(&self) -> bool {
-        self.shared.cfg.overflow == WebrtcOverflow::Prompt
+        self.shared.cfg.overflow == WebrtcOverflow::Prompt || self.media.is_some()
     }
 
     fn has_media(&self) -> bool {
