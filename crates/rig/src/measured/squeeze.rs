@@ -3,10 +3,12 @@
 //! a CPU burner (a noisy neighbour), while the rig — Postgres, the
 //! simulators and the load generator — runs on the other core.
 //!
-//! With `taskset` (util-linux) for affinity and the cgroup v1 `cpu`
-//! controller (`/sys/fs/cgroup/cpu/<name>/cpu.cfs_quota_us`) for the quota:
-//! `unsafe` is denied workspace-wide, so no `sched_setaffinity` call. Needs
-//! root for the cgroup. [`Squeeze`] undoes what it set when dropped: the
+//! With `taskset` (util-linux) for affinity and a cgroup for the quota:
+//! cgroup v1's `cpu` controller (`/sys/fs/cgroup/cpu/<name>/cpu.cfs_quota_us`)
+//! where it is mounted, else cgroup v2's `cpu.max` (`/sys/fs/cgroup/<name>`,
+//! the `cpu` controller enabled for the root's children). `unsafe` is
+//! denied workspace-wide, so no `sched_setaffinity` call. The quota needs
+//! root; burners need neither root nor a cgroup. [`Squeeze`] undoes what it set when dropped: the
 //! burner is killed, the server moved back to the root group, the group
 //! removed.
 
@@ -38,6 +40,7 @@ impl How {
     pub fn label(&self) -> String {
         match self {
             How::Quota(q) => format!("quota {q:.2}"),
+            How::Burners(1) => "1 burner".into(),
             How::Burners(n) => format!("{n} burners"),
             How::Pinned => "pinned".into(),
         }
@@ -127,21 +130,44 @@ impl Squeeze {
     }
 }
 
-/// A cgroup with `share` of a core, holding `pid`.
+/// Where cgroup v2 is mounted (the unified hierarchy).
+const CGROUP2_ROOT: &str = "/sys/fs/cgroup";
+
+/// A cgroup with `share` of a core, holding `pid`: v1's `cpu` controller
+/// where it is mounted, else v2's `cpu.max`.
 fn quota_group(pid: u32, share: f64) -> anyhow::Result<PathBuf> {
     if !(share > 0.0 && share <= 1.0) {
         bail!("--cpu-quota is a share of one core, above 0 and at most 1");
     }
-    let dir = PathBuf::from(CPU_CGROUP_ROOT).join(format!("callgate-squeeze-{pid}"));
-    std::fs::create_dir_all(&dir)
-        .with_context(|| format!("creating {} (needs root and cgroup v1 cpu)", dir.display()))?;
     let quota = (share * PERIOD_US as f64).round() as u64;
-    let write = |file: &str, value: String| {
-        std::fs::write(dir.join(file), value).with_context(|| format!("writing {file}"))
+    let name = format!("callgate-squeeze-{pid}");
+    let v1 = PathBuf::from(CPU_CGROUP_ROOT);
+    let v2 = PathBuf::from(CGROUP2_ROOT);
+    let (dir, limits) = if v1.join("cpu.cfs_quota_us").exists() {
+        let limits = vec![
+            ("cpu.cfs_period_us", PERIOD_US.to_string()),
+            ("cpu.cfs_quota_us", quota.to_string()),
+        ];
+        (v1.join(name), limits)
+    } else if v2.join("cgroup.controllers").exists() {
+        // The root's children get the cpu controller (idempotent).
+        std::fs::write(v2.join("cgroup.subtree_control"), "+cpu")
+            .context("enabling the cgroup v2 cpu controller (needs root)")?;
+        (
+            v2.join(name),
+            vec![("cpu.max", format!("{quota} {PERIOD_US}"))],
+        )
+    } else {
+        bail!(
+            "no cgroup cpu controller (v1 {CPU_CGROUP_ROOT} or v2 {CGROUP2_ROOT}); squeeze with --burners instead"
+        );
     };
-    write("cpu.cfs_period_us", PERIOD_US.to_string())?;
-    write("cpu.cfs_quota_us", quota.to_string())?;
-    write("cgroup.procs", pid.to_string())?;
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("creating {} (needs root)", dir.display()))?;
+    for (file, value) in limits {
+        std::fs::write(dir.join(file), value).with_context(|| format!("writing {file}"))?;
+    }
+    std::fs::write(dir.join("cgroup.procs"), pid.to_string()).context("writing cgroup.procs")?;
     Ok(dir)
 }
 
@@ -162,10 +188,14 @@ impl Drop for Squeeze {
             let _ = b.wait();
         }
         if let Some(dir) = self.group.take() {
-            // Whatever is left in the group goes back to the root group,
-            // then the empty group can be removed.
+            // Whatever is left in the group goes back to the root group (the
+            // group's parent, in either version), then the empty group can be
+            // removed.
             let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-            let root = PathBuf::from(CPU_CGROUP_ROOT).join("cgroup.procs");
+            let root = dir
+                .parent()
+                .unwrap_or(std::path::Path::new(CGROUP2_ROOT))
+                .join("cgroup.procs");
             for pid in procs.lines() {
                 let _ = std::fs::write(&root, pid);
             }
