@@ -191,11 +191,7 @@ async fn speech_over_the_greeting_stops_outbound_audio_within_a_frame_and_tells_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_closed_tab_ends_consent_lost_and_leaves_nothing_behind() {
     let h = harness(|_| {}).await;
-    let browser = Browser::launch(None).await;
-    let tab = browser.open(&page(&h)).await;
-    call_admitted(&tab).await;
-    greeting_heard(&tab).await;
-    let session = session_of(&tab).await;
+    let (_browser, tab, session) = greeted(&h).await;
     let closed = std::time::Instant::now();
     tab.close().await;
     let l = h.closed_ledger(&session).await;
@@ -231,11 +227,7 @@ async fn a_closed_tab_ends_consent_lost_and_leaves_nothing_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_that_closes_its_peer_connection_hangs_up_at_once() {
     let h = harness(|_| {}).await;
-    let browser = Browser::launch(None).await;
-    let tab = browser.open(&page(&h)).await;
-    call_admitted(&tab).await;
-    greeting_heard(&tab).await;
-    let session = session_of(&tab).await;
+    let (_browser, tab, session) = greeted(&h).await;
     let gate = &h.server.app.call.gate;
     assert_eq!(gate.snapshot().active, 1);
     let closed = std::time::Instant::now();
@@ -265,11 +257,7 @@ async fn a_page_that_closes_its_peer_connection_hangs_up_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_that_keeps_consent_but_sends_no_audio_ends_media_stalled() {
     let h = harness(|_| {}).await;
-    let browser = Browser::launch(None).await;
-    let tab = browser.open(&page(&h)).await;
-    call_admitted(&tab).await;
-    greeting_heard(&tab).await;
-    let session = session_of(&tab).await;
+    let (_browser, tab, session) = greeted(&h).await;
     let stopped = std::time::Instant::now();
     tab.eval("callgate.stopSending()").await.unwrap();
     let l = h.closed_ledger(&session).await;
@@ -399,6 +387,17 @@ const REFUSED_POST: &str = "(async () => {
 })()";
 
 /// The page's session id (the ledger's carrier call id).
+/// A browser whose page called and heard the greeting: the browser (kept
+/// for the test's length), its tab and the session id.
+async fn greeted(h: &Harness) -> (Browser, Tab, String) {
+    let browser = Browser::launch(None).await;
+    let tab = browser.open(&page(h)).await;
+    call_admitted(&tab).await;
+    greeting_heard(&tab).await;
+    let session = session_of(&tab).await;
+    (browser, tab, session)
+}
+
 async fn session_of(tab: &Tab) -> String {
     let url = tab.eval("callgate.sessionUrl").await.unwrap();
     url.as_str()

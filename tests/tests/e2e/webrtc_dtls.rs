@@ -43,23 +43,8 @@ async fn ice_without_dtls_ends_dtls_failed_within_its_bound() {
     .await;
     let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let (mut rtc, offer, pending) = offer(&sock).await;
-    callgate::ensure_tls_provider();
-    let r = reqwest::Client::new()
-        .post(format!("http://{}/v1/webrtc", h.server.addr))
-        .header("content-type", "application/sdp")
-        .body(offer.to_sdp_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 201);
-    let session = r.headers()["location"]
-        .to_str()
-        .unwrap()
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .to_string();
-    let answer = SdpAnswer::from_sdp_string(&r.text().await.unwrap()).unwrap();
+    let (session, answer) = post_offer(&h, &offer).await;
+    let answer = SdpAnswer::from_sdp_string(&answer).unwrap();
     rtc.sdp_api().accept_answer(pending, answer).unwrap();
 
     let started = Instant::now();
@@ -127,6 +112,27 @@ async fn ice_without_dtls_ends_dtls_failed_within_its_bound() {
     h.assert_webrtc_clear().await;
 }
 
+/// POSTs `offer`; the `201`'s session id and answer.
+async fn post_offer(h: &Harness, offer: &str0m::change::SdpOffer) -> (String, String) {
+    callgate::ensure_tls_provider();
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/v1/webrtc", h.server.addr))
+        .header("content-type", "application/sdp")
+        .body(offer.to_sdp_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let session = r.headers()["location"]
+        .to_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    (session, r.text().await.unwrap())
+}
+
 /// The session's status `end_reason` (it lingers after the end).
 async fn status_end_reason(h: &Harness, session: &str) -> String {
     let r = reqwest::Client::new()
@@ -152,23 +158,8 @@ async fn no_ice_ends_ice_failed_at_its_timeout_not_at_the_media_stall() {
     .await;
     let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let (_rtc, offer, _pending) = offer(&sock).await;
-    callgate::ensure_tls_provider();
     let posted = Instant::now();
-    let r = reqwest::Client::new()
-        .post(format!("http://{}/v1/webrtc", h.server.addr))
-        .header("content-type", "application/sdp")
-        .body(offer.to_sdp_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 201);
-    let session = r.headers()["location"]
-        .to_str()
-        .unwrap()
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let (session, _) = post_offer(&h, &offer).await;
     let l = h.closed_ledger(&session).await;
     let took = posted.elapsed();
     assert_eq!(l.end_reason.as_deref(), Some("ice_failed"), "{:#}", l.stats);
