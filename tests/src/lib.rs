@@ -130,6 +130,18 @@ impl Harness {
             .expect("read /metrics")
     }
 
+    /// `GET path` on the admin surface from loopback (no token: the
+    /// harness sets none): the status and the body parsed as JSON (`Null`
+    /// when it is not JSON, e.g. a 404's text).
+    pub async fn admin_json(&self, path: &str) -> (u16, serde_json::Value) {
+        callgate::ensure_tls_provider();
+        let url = format!("http://{}{path}", self.server.addr);
+        let resp = reqwest::get(url).await.expect("GET on the admin surface");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("read the body");
+        (status, serde_json::from_str(&text).unwrap_or_default())
+    }
+
     /// The ingress and partner recorded in the ledger for `call_sid`.
     pub async fn ledger_origin(&self, call_sid: &str) -> (String, Option<String>) {
         let row = self

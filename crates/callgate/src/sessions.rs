@@ -12,15 +12,24 @@
 //! previous page). `events_page.more` says whether another page follows,
 //! so a call with a long stall history cannot make one answer unbounded.
 //!
+//! A refused call has no receipt (it held nothing and was promised
+//! nothing) but it is findable: for an id with no ledger row the refusal
+//! recorded under it in `admission_rejections` is answered instead,
+//! `"outcome": "refused"` with the gate's reason as `end_reason`, the
+//! refusing instance and the time queued. Refusals are written in batches
+//! off the caller's path, so one is `404` for the moment before its batch
+//! lands. Receipts say `"outcome": "admitted"`.
+//!
 //! What it never returns: transcript text, slot values or audio — it reads
-//! only `call_ledger` and `call_events`, and neither holds any. It never
-//! writes.
+//! only `call_ledger`, `call_events` and `admission_rejections`, and none
+//! holds any. It never writes.
 //!
 //! `GET /v1/sessions?carrier_call_id=ID` finds sessions by the id the
 //! carrier gave the call (a Twilio CallSid, a SIP Call-ID, a partner's call
-//! id): `{"sessions": [...], "truncated": bool}`, oldest admission first,
-//! each entry the session id, ingress, owner, admission time, end reason and
-//! cleanup status — at most [`MAX_LOOKUP`] of them. The id must be 1 to
+//! id): `{"sessions": [...], "truncated": bool}`, oldest first, each entry
+//! the session id, outcome, ingress, owner, admission (or refusal) time,
+//! end reason and cleanup status — at most [`MAX_LOOKUP`] of them, admitted
+//! and refused together. The id must be 1 to
 //! [`MAX_CARRIER_ID`] bytes; any other query key is a `400`.
 //!
 //! Timestamps are given twice: as RFC 3339 UTC (`at`) and as the offset
@@ -36,7 +45,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use serde_json::{Value, json};
-use state_store::{CallId, EventRow, LedgerRow};
+use state_store::{CallId, EventRow, LedgerRow, Rejection};
 use tracing::warn;
 
 use crate::app::App;
@@ -127,7 +136,13 @@ async fn answer(app: &App, id: &str, query: Option<&str>) -> (StatusCode, Respon
     };
     let row = match app.call.store.ledger(call).await {
         Ok(Some(row)) => row,
-        Ok(None) => return (StatusCode::NOT_FOUND, "no such session\n".into_response()),
+        Ok(None) => {
+            return match app.call.store.rejection(call).await {
+                Ok(Some(r)) => (StatusCode::OK, Json(refusal_json(&r)).into_response()),
+                Ok(None) => (StatusCode::NOT_FOUND, "no such session\n".into_response()),
+                Err(e) => unavailable(e),
+            };
+        }
         Err(e) => return unavailable(e),
     };
     // One more than the page holds says whether another page follows.
@@ -164,16 +179,15 @@ pub async fn lookup(State(app): State<Arc<App>>, RawQuery(query): RawQuery) -> R
 }
 
 async fn find(app: &App, id: &str) -> (StatusCode, Response) {
-    match app
-        .call
-        .store
-        .ledger_by_carrier_call(id, MAX_LOOKUP + 1)
-        .await
-    {
-        Ok(mut rows) => {
-            let truncated = rows.len() > MAX_LOOKUP as usize;
-            rows.truncate(MAX_LOOKUP as usize);
-            let sessions: Vec<Value> = rows.iter().map(summary_json).collect();
+    let store = &app.call.store;
+    let found = async {
+        let admitted = store.ledger_by_carrier_call(id, MAX_LOOKUP + 1).await?;
+        let refused = store.rejections_by_carrier_call(id, MAX_LOOKUP + 1).await?;
+        Ok::<_, state_store::StoreError>((admitted, refused))
+    };
+    match found.await {
+        Ok((admitted, refused)) => {
+            let (sessions, truncated) = merged(&admitted, &refused);
             let body = json!({ "sessions": sessions, "truncated": truncated });
             (StatusCode::OK, Json(body).into_response())
         }
@@ -235,16 +249,63 @@ fn percent_decode(value: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
+/// Admitted and refused sessions under one carrier id, oldest first, at
+/// most [`MAX_LOOKUP`]; `true` when more were recorded. Each list holds at
+/// most `MAX_LOOKUP + 1` (its query's limit), so the oldest `MAX_LOOKUP` of
+/// the union are among them.
+fn merged(admitted: &[LedgerRow], refused: &[Rejection]) -> (Vec<Value>, bool) {
+    let mut all: Vec<(SystemTime, Value)> = admitted
+        .iter()
+        .map(|r| (r.admitted_at, summary_json(r)))
+        .chain(refused.iter().map(|r| (r.at, refusal_summary_json(r))))
+        .collect();
+    all.sort_by_key(|(at, _)| *at);
+    let truncated = all.len() > MAX_LOOKUP as usize;
+    all.truncate(MAX_LOOKUP as usize);
+    (all.into_iter().map(|(_, v)| v).collect(), truncated)
+}
+
 /// One lookup entry: enough to find the receipt and its owner.
 fn summary_json(row: &LedgerRow) -> Value {
     json!({
         "session_id": row.call_id.to_string(),
+        "outcome": "admitted",
         "ingress": row.ingress,
         "carrier_call_id": row.carrier_call_id,
         "owner": { "instance": row.owner_instance, "epoch": row.owner_epoch.0 },
         "admitted_at": rfc3339(row.admitted_at),
         "end_reason": row.end_reason,
         "cleanup_status": row.cleanup_status.as_str(),
+    })
+}
+
+/// A refused call's lookup entry: the receipt fields it has.
+fn refusal_summary_json(r: &Rejection) -> Value {
+    json!({
+        "session_id": r.call_id.to_string(),
+        "outcome": "refused",
+        "ingress": r.ingress,
+        "carrier_call_id": r.carrier_call_id,
+        "owner": { "instance": r.instance, "epoch": Value::Null },
+        "refused_at": rfc3339(r.at),
+        "end_reason": r.reason,
+        "cleanup_status": Value::Null,
+    })
+}
+
+/// What is known of a refused call: who refused it, when, why, and how
+/// long it had queued. No lifecycle, stats or events: it had none.
+pub fn refusal_json(r: &Rejection) -> Value {
+    json!({
+        "session_id": r.call_id.to_string(),
+        "outcome": "refused",
+        "ingress": r.ingress,
+        "carrier_call_id": r.carrier_call_id,
+        "partner_id": r.partner_id,
+        "refused_by": r.instance,
+        "refused_at": rfc3339(r.at),
+        "admission_wait_ms": r.waited.as_millis() as u64,
+        "end_reason": r.reason,
     })
 }
 
@@ -273,6 +334,7 @@ pub fn receipt_json(row: &LedgerRow, events: &[EventRow]) -> Value {
         .collect();
     json!({
         "session_id": row.call_id.to_string(),
+        "outcome": "admitted",
         "ingress": row.ingress,
         "transport": opening["transport"],
         "carrier_call_id": row.carrier_call_id,
@@ -459,6 +521,61 @@ mod tests {
         assert_eq!(v["cleanup_status"], "pending");
         assert_eq!(v["events"][0]["offset_ms"], 3.0);
         assert_eq!(v["events"][0]["kind"], "dtmf");
+    }
+
+    fn refusal(secs: u64, reason: &str) -> Rejection {
+        Rejection {
+            call_id: CallId::new_random(),
+            instance: "cg-2".into(),
+            ingress: "webrtc".into(),
+            carrier_call_id: Some("s1".into()),
+            partner_id: None,
+            reason: reason.into(),
+            waited: Duration::from_millis(2_040),
+            at: at(secs, 0),
+        }
+    }
+
+    #[test]
+    fn a_lookup_merges_admitted_and_refused_oldest_first_and_bounded() {
+        let admitted = row(json!({})); // admitted at 1_700_000_000
+        let early = refusal(1_699_999_990, "queue_full");
+        let late = refusal(1_700_000_010, "queue_timeout");
+        let (sessions, truncated) = merged(std::slice::from_ref(&admitted), &[early.clone(), late]);
+        assert!(!truncated);
+        let outcomes: Vec<_> = sessions.iter().map(|s| s["outcome"].clone()).collect();
+        assert_eq!(
+            outcomes,
+            [json!("refused"), json!("admitted"), json!("refused")]
+        );
+        assert_eq!(sessions[0]["session_id"], early.call_id.to_string());
+        assert_eq!(sessions[0]["end_reason"], "queue_full");
+        assert_eq!(sessions[0]["owner"]["instance"], "cg-2");
+        assert_eq!(sessions[1]["session_id"], admitted.call_id.to_string());
+
+        let many: Vec<Rejection> = (0..MAX_LOOKUP as u64)
+            .map(|i| refusal(1_600_000_000 + i, "queue_full"))
+            .collect();
+        let (sessions, truncated) = merged(&[admitted], &many);
+        assert!(truncated, "21 recorded, 20 answered");
+        assert_eq!(sessions.len(), MAX_LOOKUP as usize);
+        assert!(
+            sessions.iter().all(|s| s["outcome"] == "refused"),
+            "the oldest 20"
+        );
+    }
+
+    #[test]
+    fn a_refusal_answers_what_was_recorded_and_nothing_it_never_had() {
+        let r = refusal(1_700_000_000, "queue_timeout");
+        let v = refusal_json(&r);
+        assert_eq!(v["outcome"], "refused");
+        assert_eq!(v["end_reason"], "queue_timeout");
+        assert_eq!(v["admission_wait_ms"], 2_040);
+        assert_eq!(v["refused_by"], "cg-2");
+        assert_eq!(v["refused_at"], "2023-11-14T22:13:20.000000Z");
+        assert_eq!(v.get("lifecycle"), None);
+        assert_eq!(v.get("stats"), None);
     }
 
     #[test]

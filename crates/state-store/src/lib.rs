@@ -90,6 +90,7 @@ mod migrate;
 pub mod ownership;
 mod reaper;
 pub mod reconcile;
+mod refused;
 mod rows;
 mod store;
 mod write;

@@ -58,6 +58,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0006_carrier_call_lookup",
         sql: include_str!("../../../migrations/0006_carrier_call_lookup.sql"),
     },
+    Migration {
+        version: 7,
+        name: "0007_refusal_lookup",
+        sql: include_str!("../../../migrations/0007_refusal_lookup.sql"),
+    },
 ];
 
 /// Advisory lock key shared by every callgate instance ("callgate" in ASCII).

@@ -331,6 +331,19 @@ async fn a_queued_browser_that_is_then_refused_hears_the_overflow_prompt() {
         h.rejection_reasons().await,
         vec!["queue_timeout".to_string()]
     );
+    // The status's call id finds the refusal on the admin surface, and so
+    // does the session id (the carrier call id) beside the admitted call.
+    let id = call_id(&queued).await;
+    let refusal = refusal_found(&h, id).await;
+    assert_eq!(refusal["ingress"], "webrtc");
+    assert!(refusal["admission_wait_ms"].as_u64().unwrap() >= 2_000);
+    let session = session_of(&queued).await;
+    let (status, found) = h
+        .admin_json(&format!("/v1/sessions?carrier_call_id={session}"))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(found["sessions"][0]["outcome"], "refused", "{found}");
+    assert_eq!(found["sessions"][0]["session_id"], id.to_string());
     first.eval("callgate.hangup()").await.unwrap();
     h.assert_webrtc_clear().await;
 }
@@ -368,11 +381,34 @@ async fn at_capacity_two_a_third_browser_is_refused_with_503_and_recorded() {
         2,
         "the page's and the raw POST's: {reasons:?}"
     );
+    // The 503 names the call id the refusal was recorded under.
+    let id = third.eval("callgate.callId").await.unwrap();
+    let refusal = refusal_found(&h, id.as_str().unwrap().parse().unwrap()).await;
+    assert_eq!(refusal["end_reason"], "queue_full");
     for tab in &tabs {
         tab.eval("callgate.hangup()").await.unwrap();
     }
     h.assert_all_closed().await;
     h.assert_webrtc_clear().await;
+}
+
+/// `GET /v1/sessions/<id>` for a refused call, once its batch has landed:
+/// the answer, checked to be the refusal it should be.
+async fn refusal_found(h: &Harness, id: uuid::Uuid) -> serde_json::Value {
+    let path = format!("/v1/sessions/{id}");
+    let (status, body) = callgate_tests::eventually(
+        Duration::from_secs(5),
+        "the refusal readable by its call id",
+        async || h.admin_json(&path).await,
+        |(status, _)| *status != 404,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["outcome"], "refused", "{body}");
+    assert_eq!(body["session_id"], id.to_string());
+    assert_eq!(body["refused_by"], h.instance.as_str());
+    assert!(body["refused_at"].as_str().unwrap().ends_with('Z'));
+    body
 }
 
 /// A browser offer POSTed by hand: `[status, Retry-After, reason]`.

@@ -18,7 +18,8 @@ async fn second_run_is_a_no_op() {
             "0003_reconcile",
             "0004_instance_events",
             "0005_instance_heartbeats",
-            "0006_carrier_call_lookup"
+            "0006_carrier_call_lookup",
+            "0007_refusal_lookup"
         ]
     );
     let second = store.migrate().await.unwrap();
@@ -73,7 +74,8 @@ async fn racing_instances_apply_each_migration_once() {
             "0003_reconcile",
             "0004_instance_events",
             "0005_instance_heartbeats",
-            "0006_carrier_call_lookup"
+            "0006_carrier_call_lookup",
+            "0007_refusal_lookup"
         ]
     );
     let raw = common::raw(&pg).await;
@@ -82,7 +84,7 @@ async fn racing_instances_apply_each_migration_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 6);
+    assert_eq!(n, 7);
 }
 
 /// A database at version 1 with calls in it (the state before this build):
@@ -127,7 +129,8 @@ async fn a_version_1_database_with_calls_upgrades_in_place() {
             "0003_reconcile",
             "0004_instance_events",
             "0005_instance_heartbeats",
-            "0006_carrier_call_lookup"
+            "0006_carrier_call_lookup",
+            "0007_refusal_lookup"
         ]
     );
     let row = store

@@ -155,7 +155,7 @@ async fn offer_inner((app, w): Shared, headers: &HeaderMap, body: &[u8]) -> Resp
             max = w.cfg.max_sessions,
             "WebRTC session limit reached: 503"
         );
-        return refused(&w.cfg, "webrtc_sessions");
+        return refused(&w.cfg, "webrtc_sessions", None);
     }
     let text = String::from_utf8_lossy(body);
     let (rtc, answer) = match answer(&w, &text) {
@@ -190,11 +190,18 @@ fn answer(w: &WebrtcShared, offer: &str) -> Result<(str0m::Rtc, String), String>
     ))
 }
 
-fn refused(cfg: &WebrtcConfig, reason: &str) -> Response {
+/// A `503` refusal. `call_id` is the id the refusal was recorded under
+/// (`GET /v1/sessions/<call_id>` answers for it); refusals before a call
+/// existed (the session cap, a ufrag collision) have none and are counted
+/// only in `callgate_webrtc_offers_total`.
+fn refused(cfg: &WebrtcConfig, reason: &str, call_id: Option<CallId>) -> Response {
     metrics::counter!(m::WEBRTC_OFFERS, "outcome" => "refused").increment(1);
-    let body = serde_json::json!({
+    let mut body = serde_json::json!({
         "error": "refused", "reason": reason, "retry_after_s": cfg.retry_after_s,
     });
+    if let Some(id) = call_id {
+        body["call_id"] = id.to_string().into();
+    }
     (
         StatusCode::SERVICE_UNAVAILABLE,
         [
@@ -217,7 +224,7 @@ async fn start_call(
     let ufrag = rtc.direct_api().local_ice_credentials().ufrag;
     let (inbox_tx, inbox) = mpsc::channel(INBOX);
     let Some(routes) = w.routes.add(&ufrag, inbox_tx) else {
-        return refused(&w.cfg, "ice_ufrag_collision");
+        return refused(&w.cfg, "ice_ufrag_collision", None);
     };
     let id = SessionId::random();
     let call_id = CallId::new_random();
@@ -249,7 +256,7 @@ async fn start_call(
     let bound = ms(app.cfg().admission.queue_timeout_ms) + Duration::from_secs(5);
     match tokio::time::timeout(bound, rx).await {
         Ok(Ok(Answer::Go)) => created(&w, &id, answer_sdp),
-        Ok(Ok(Answer::Refused { reason })) => refused(&w.cfg, &reason),
+        Ok(Ok(Answer::Refused { reason })) => refused(&w.cfg, &reason, Some(call_id)),
         Ok(Ok(Answer::Failed(why))) => json_error(StatusCode::SERVICE_UNAVAILABLE, "failed", &why),
         _ => json_error(
             StatusCode::SERVICE_UNAVAILABLE,
