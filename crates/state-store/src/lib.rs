@@ -65,7 +65,7 @@
 //! let _ = writes.submit(Write::Lifecycle { call, epoch, stage: Stage::MediaReady, at: now });
 //! let _ = writes.submit(Write::Turn {
 //!     call, epoch, seq: 0, speaker: Speaker::Caller, text: "hello".into(),
-//!     started_at: now, ended_at: now, interrupted: false,
+//!     started_at: now, ended_at: now, interrupted: false, latency: None,
 //! });
 //!
 //! // Shutdown:

@@ -63,6 +63,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0007_refusal_lookup",
         sql: include_str!("../../../migrations/0007_refusal_lookup.sql"),
     },
+    Migration {
+        version: 8,
+        name: "0008_turn_latency",
+        sql: include_str!("../../../migrations/0008_turn_latency.sql"),
+    },
 ];
 
 /// Advisory lock key shared by every callgate instance ("callgate" in ASCII).

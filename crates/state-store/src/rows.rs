@@ -102,6 +102,8 @@ pub struct TurnRow {
     pub ended_at: SystemTime,
     /// Cut short by barge-in.
     pub interrupted: bool,
+    /// A bot turn's reply latency split, when it was complete.
+    pub latency: Option<serde_json::Value>,
 }
 
 /// One stored raw lifecycle event.
@@ -248,6 +250,7 @@ impl TurnRow {
             started_at: col(row, 3, op)?,
             ended_at: col(row, 4, op)?,
             interrupted: col(row, 5, op)?,
+            latency: col(row, 6, op)?,
         })
     }
 }

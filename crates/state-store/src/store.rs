@@ -406,10 +406,27 @@ impl Store {
     /// # Errors
     /// Provider errors.
     pub async fn turns(&self, id: CallId) -> Result<Vec<TurnRow>, StoreError> {
-        let sql = "SELECT seq, speaker, text, started_at, ended_at, interrupted \
-                   FROM call_turns WHERE call_id = $1 ORDER BY seq";
+        self.turns_page(id, None, u32::MAX).await
+    }
+
+    /// The call's turns after seq `after` (all when `None`), in order, at
+    /// most `limit` of them.
+    ///
+    /// # Errors
+    /// Provider errors.
+    pub async fn turns_page(
+        &self,
+        id: CallId,
+        after: Option<u32>,
+        limit: u32,
+    ) -> Result<Vec<TurnRow>, StoreError> {
+        let sql = "SELECT seq, speaker, text, started_at, ended_at, interrupted, latency \
+                   FROM call_turns WHERE call_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+        let after = after.map_or(-1, i64::from);
         let mut conn = self.inner.pool.checkout().await?;
-        let rows = conn.query("turns", sql, &[&id.0]).await?;
+        let rows = conn
+            .query("turns", sql, &[&id.0, &after, &i64::from(limit)])
+            .await?;
         rows.iter().map(TurnRow::from_row).collect()
     }
 

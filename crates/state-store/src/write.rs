@@ -40,6 +40,9 @@ pub enum Write {
         ended_at: SystemTime,
         /// Barge-in cut it short.
         interrupted: bool,
+        /// A bot turn's reply latency split (the receipt's `turns[]`
+        /// entry for it), when its timing was complete.
+        latency: Option<serde_json::Value>,
     },
     /// A filled slot; the newest `at` wins.
     Slot {
@@ -182,8 +185,9 @@ macro_rules! fenced {
 
 const TURN: &str = fenced!(
     "FOR SHARE",
-    "INSERT INTO call_turns (call_id, seq, speaker, text, started_at, ended_at, interrupted) \
-     SELECT $1::uuid, $3::bigint, $4::text, $5::text, $6::timestamptz, $7::timestamptz, $8::boolean \
+    "INSERT INTO call_turns (call_id, seq, speaker, text, started_at, ended_at, interrupted, latency) \
+     SELECT $1::uuid, $3::bigint, $4::text, $5::text, $6::timestamptz, $7::timestamptz, $8::boolean, \
+     $9::jsonb \
      FROM owner WHERE owner_epoch = $2::bigint \
      ON CONFLICT (call_id, seq) DO NOTHING"
 );
@@ -266,6 +270,7 @@ fn statement(w: &Write, writes_lost: u64) -> (&'static str, Vec<Param>) {
             started_at,
             ended_at,
             interrupted,
+            latency,
             ..
         } => (
             TURN,
@@ -276,6 +281,7 @@ fn statement(w: &Write, writes_lost: u64) -> (&'static str, Vec<Param>) {
                 Box::new(*started_at),
                 Box::new(*ended_at),
                 Box::new(*interrupted),
+                Box::new(latency.clone()),
             ],
         ),
         Write::Slot {

@@ -50,6 +50,7 @@ fn writes(call: CallId, epoch: OwnerEpoch, at: SystemTime, open: bool) -> Vec<Wr
             started_at: at,
             ended_at: at,
             interrupted: false,
+            latency: None,
         });
     }
     w.push(Write::Slot {

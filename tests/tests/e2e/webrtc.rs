@@ -149,7 +149,70 @@ async fn a_browser_is_greeted_answered_three_times_and_hangs_up_with_both_sides_
         "{t:#}"
     );
     assert!(client["remote_inbound"]["roundTripTime"].is_f64(), "{t:#}");
+    the_page_shows_the_conversation(&h, &tab, id).await;
     h.assert_webrtc_clear().await;
+}
+
+/// Where the test leaves the page's picture (an artifact CI can keep).
+fn screenshot_path() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("artifacts/webrtc-conversation.png")
+}
+
+/// After the hang-up the page has read the whole conversation from the
+/// ledger: the caller's three sentences and the bot's words, in the
+/// ledger's order, each reply with its latency, and the end reason; the
+/// text is on the page, and a screenshot of it is saved.
+async fn the_page_shows_the_conversation(h: &Harness, tab: &Tab, id: uuid::Uuid) {
+    tab.wait_for(
+        "callgate.conversationComplete",
+        Duration::from_secs(10),
+        "the page reading the conversation to its end",
+    )
+    .await;
+    let shown = tab.eval("callgate.conversation").await.unwrap();
+    let shown = shown.as_array().unwrap();
+    let ledger = h.transcript(id).await;
+    let words: Vec<(String, String)> = shown
+        .iter()
+        .map(|t| {
+            let who = t["speaker"].as_str().unwrap().to_string();
+            (who, t["text"].as_str().unwrap().to_string())
+        })
+        .collect();
+    let recorded: Vec<(String, String)> = ledger
+        .iter()
+        .map(|(s, t, _)| (s.clone(), t.clone()))
+        .collect();
+    assert_eq!(words, recorded, "the page shows what the ledger holds");
+    let caller: Vec<&str> = shown
+        .iter()
+        .filter(|t| t["speaker"] == "caller")
+        .map(|t| t["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(caller, LINES);
+    // Each caller turn was answered, and each answer carries its latency.
+    let replies: Vec<f64> = shown
+        .iter()
+        .filter_map(|t| t["latency_ms"]["total"].as_f64())
+        .collect();
+    assert_eq!(replies.len(), 3, "{shown:#?}");
+    assert!(
+        replies.iter().all(|ms| *ms > 0.0 && *ms < 10_000.0),
+        "{replies:?}"
+    );
+    let text = tab
+        .eval("document.querySelector('main').innerText")
+        .await
+        .unwrap();
+    let text = text.as_str().unwrap();
+    for line in LINES {
+        assert!(text.contains(&format!("You: {line}")), "{text}");
+    }
+    assert_eq!(text.matches("replied in ").count(), 3, "{text}");
+    assert!(text.contains("The call ended: caller_hangup."), "{text}");
+    let png = screenshot_path();
+    tab.screenshot(&png).await;
+    eprintln!("the page's conversation: {}", png.display());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

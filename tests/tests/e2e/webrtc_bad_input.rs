@@ -197,6 +197,49 @@ async fn every_bad_offer_gets_its_own_refusal_and_a_good_one_still_works() {
     h.assert_webrtc_clear().await;
 }
 
+/// `GET url` with `key` as the bearer (if any): the status and the JSON.
+async fn get_json(url: &str, key: Option<&str>) -> (u16, serde_json::Value) {
+    callgate::ensure_tls_provider();
+    let mut req = reqwest::Client::new().get(url);
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_does_not_serve_conversations_says_so() {
+    let h = Harness::start(SimConfig::default(), |c| {
+        webrtc(true)(c);
+        c.webrtc.conversation = false;
+    })
+    .await;
+    callgate::ensure_tls_provider();
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/v1/webrtc", h.server.addr))
+        .header("content-type", "application/sdp")
+        .body(OFFER)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let location = r.headers()["location"].to_str().unwrap().to_string();
+    let url = format!("http://{}{location}/conversation", h.server.addr);
+    let (got, body) = get_json(&url, None).await;
+    assert_eq!(
+        (got, body["error"].as_str()),
+        (403, Some("conversation_off")),
+        "{body}"
+    );
+    let unknown = format!(
+        "http://{}/v1/webrtc/sessions/AAAAAAAAAAAAAAAAAAAAAA/conversation",
+        h.server.addr
+    );
+    assert_eq!(get_json(&unknown, None).await.0, 404);
+}
+
 /// Every line of `docs/webrtc.md`'s example answer is in the real one, with
 /// the example's address and port (`203.0.113.10:3478`) read as the
 /// advertised ones; a candidate line is compared from its component on
@@ -249,6 +292,7 @@ async fn without_webrtc_open_an_offer_needs_a_partner_key() {
     let h = Harness::start(SimConfig::default(), |c| {
         webrtc(false)(c);
         callgate_tests::add_partner(c, "acme", "acme-key", None);
+        callgate_tests::add_partner(c, "other", "other-key", None);
     })
     .await;
     let (got, json) = post(&h, "application/sdp", OFFER).await;
@@ -267,13 +311,31 @@ async fn without_webrtc_open_an_offer_needs_a_partner_key() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 201);
-    assert!(
-        r.headers()["location"]
-            .to_str()
-            .unwrap()
-            .starts_with("/v1/webrtc/sessions/")
-    );
+    let location = r.headers()["location"].to_str().unwrap().to_string();
+    assert!(location.starts_with("/v1/webrtc/sessions/"));
     assert!(r.headers().contains_key("etag"));
+    // The conversation is the creating partner's alone.
+    let conversation = format!("http://{}{location}/conversation", h.server.addr);
+    for (key, status) in [
+        (None, 401),
+        (Some("other-key"), 401),
+        (Some("acme-key"), 200),
+    ] {
+        let (got, body) = get_json(&conversation, key).await;
+        assert_eq!(got, status, "{key:?}: {body}");
+    }
+    let (_, body) = get_json(&conversation, Some("acme-key")).await;
+    assert!(
+        body["turns"].is_array() && body["call_id"].is_string(),
+        "{body}"
+    );
+    assert_eq!(body["complete"], false, "the call goes on: {body}");
+    let (got, body) = get_json(&format!("{conversation}?after=x"), Some("acme-key")).await;
+    assert_eq!(
+        (got, body["error"].as_str()),
+        (400, Some("bad_query")),
+        "{body}"
+    );
     let (ingress, partner) = callgate_tests::eventually(
         Duration::from_secs(10),
         "the ledger row",

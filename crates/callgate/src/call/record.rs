@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::call::core::TurnLatency;
 use state_store::{CallId, CleanupStatus, OwnerEpoch, Speaker, Stage, Write, WriteBehind};
 
 use crate::metrics as m;
@@ -91,6 +92,7 @@ impl Recorder {
         text: &str,
         span: (Instant, Instant),
         interrupted: bool,
+        latency: Option<TurnLatency>,
     ) {
         self.turn_seq += 1;
         let w = Write::Turn {
@@ -102,6 +104,7 @@ impl Recorder {
             started_at: self.clock.at(span.0),
             ended_at: self.clock.at(span.1),
             interrupted,
+            latency: latency.and_then(|l| serde_json::to_value(l).ok()),
         };
         self.submit(w);
     }

@@ -29,6 +29,11 @@ pub struct WebrtcConfig {
     /// Accept offers without a partner key (demos on loopback). Warned
     /// about at start when the listener is reachable from other hosts.
     pub open: bool,
+    /// Serve a session's conversation (`GET …/conversation`: the words of
+    /// its turns, personal data) to the session's own client: on an open
+    /// server to whoever holds the session URL, else only with the partner
+    /// key that created it. `false`: `403` `conversation_off`.
+    pub conversation: bool,
     /// `Access-Control-Allow-Origin` of the signalling answers.
     pub allow_origin: String,
     /// STUN/TURN URLs handed to clients (`Link: <url>; rel="ice-server"`);
@@ -73,6 +78,7 @@ impl Default for WebrtcConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 3478)),
             advertise_ip: None,
             open: false,
+            conversation: true,
             allow_origin: "*".into(),
             ice_servers: Vec::new(),
             overflow: WebrtcOverflow::Reject,

@@ -152,6 +152,7 @@ fn stale_turn(call: CallId, epoch: OwnerEpoch) -> Write {
         started_at: at,
         ended_at: at,
         interrupted: false,
+        latency: None,
     }
 }
 

@@ -378,6 +378,28 @@ impl Tab {
         );
     }
 
+    /// Saves a PNG of the whole page (beyond the viewport too) to `path`
+    /// (`Page.captureScreenshot`), creating its directory. Panics when
+    /// Chromium cannot capture it or the file cannot be written.
+    pub async fn screenshot(&self, path: &Path) {
+        use base64::Engine as _;
+        let params = json!({"format": "png", "captureBeyondViewport": true});
+        let reply = self
+            .cdp
+            .call("Page.captureScreenshot", params, CALL_LIMIT)
+            .await
+            .unwrap_or_else(|e| panic!("capturing {}: {e}", self.url));
+        let data = reply["data"].as_str().unwrap_or_default();
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(data)
+            .unwrap_or_else(|e| panic!("the screenshot of {} is not base64: {e}", self.url));
+        assert!(png.starts_with(b"\x89PNG"), "not a PNG from {}", self.url);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        }
+        std::fs::write(path, png).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+
     /// Closes the tab as a user closing it would (`Target.closeTarget`
     /// through the browser): nothing waits for the page's unload work.
     pub async fn close(self) {

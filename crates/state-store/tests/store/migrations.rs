@@ -19,7 +19,8 @@ async fn second_run_is_a_no_op() {
             "0004_instance_events",
             "0005_instance_heartbeats",
             "0006_carrier_call_lookup",
-            "0007_refusal_lookup"
+            "0007_refusal_lookup",
+            "0008_turn_latency"
         ]
     );
     let second = store.migrate().await.unwrap();
@@ -75,7 +76,8 @@ async fn racing_instances_apply_each_migration_once() {
             "0004_instance_events",
             "0005_instance_heartbeats",
             "0006_carrier_call_lookup",
-            "0007_refusal_lookup"
+            "0007_refusal_lookup",
+            "0008_turn_latency"
         ]
     );
     let raw = common::raw(&pg).await;
@@ -84,7 +86,7 @@ async fn racing_instances_apply_each_migration_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 7);
+    assert_eq!(n, 8);
 }
 
 /// A database at version 1 with calls in it (the state before this build):
@@ -130,7 +132,8 @@ async fn a_version_1_database_with_calls_upgrades_in_place() {
             "0004_instance_events",
             "0005_instance_heartbeats",
             "0006_carrier_call_lookup",
-            "0007_refusal_lookup"
+            "0007_refusal_lookup",
+            "0008_turn_latency"
         ]
     );
     let row = store

@@ -94,6 +94,7 @@ impl CallCore {
             text: text.to_string(),
             span: (started, now),
             interrupted: false,
+            latency: None,
         });
         self.interaction.user_turns += 1;
     }
@@ -141,6 +142,7 @@ impl CallCore {
             text: heard.clone(),
             span: (b.started_at, now),
             interrupted: true,
+            latency: self.timings.latency_of(b.turn),
         });
         self.interaction.interruptions += 1;
         self.report(Report::BargeIn);

@@ -120,6 +120,7 @@ impl CallCore {
             text: heard,
             span: (b.started_at, now),
             interrupted: true,
+            latency: self.timings.latency_of(b.turn),
         });
     }
 

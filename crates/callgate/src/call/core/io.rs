@@ -106,6 +106,8 @@ pub enum Rec {
         text: String,
         span: (Instant, Instant),
         interrupted: bool,
+        /// A bot turn's reply latency split, when its timing was complete.
+        latency: Option<super::TurnLatency>,
     },
     Event {
         kind: String,

@@ -460,6 +460,7 @@ impl CallCore {
         if finished && let Some(cut) = self.turn.take_reply() {
             self.record(Rec::Turn {
                 speaker: Speaker::Bot,
+                latency: self.timings.latency_of(cut.bot.turn),
                 text: cut.bot.text,
                 span: (cut.bot.started_at, now),
                 interrupted: false,

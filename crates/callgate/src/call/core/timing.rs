@@ -89,6 +89,8 @@ pub struct Timings {
     current: Option<TurnClock>,
     pending: Unperformed,
     done: Vec<TurnLatency>,
+    /// The turn filed last (timed or not), for its bot turn's record.
+    last: Option<TurnLatency>,
     untimed: u64,
     /// When the caller's current speech began (VAD), for barge-in stops.
     pub(super) voice_onset: Option<Instant>,
@@ -189,6 +191,13 @@ impl Timings {
         unused
     }
 
+    /// `turn`'s split, once its first frame went out and it was filed
+    /// (the turn last filed only: a bot turn is recorded before the next
+    /// turn's timing begins).
+    pub fn latency_of(&self, turn: TurnId) -> Option<TurnLatency> {
+        self.last.filter(|l| l.turn == turn.0)
+    }
+
     /// Whether sends of this step wait for [`Timings::performed`].
     pub fn awaits_performed(&self) -> bool {
         self.pending != Unperformed::default()
@@ -233,6 +242,7 @@ impl Timings {
             return;
         };
         let l = c.latency();
+        self.last = Some(l);
         if let Some(own) = l.own_us {
             self.reports.push(Report::TurnOwn { us: own });
         }

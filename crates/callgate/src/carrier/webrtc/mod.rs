@@ -26,6 +26,7 @@
 //! concealed) while calls were being set up. Sessions send on the same
 //! socket from their own tasks.
 
+pub mod conversation;
 pub mod evidence;
 pub mod leg;
 pub mod opus;

@@ -63,6 +63,9 @@ pub struct Evidence {
 
 pub struct Entry {
     pub status: Mutex<Status>,
+    /// The partner whose key created the session (`None` on an open
+    /// server): only that key reads the conversation.
+    pub partner: Option<String>,
     pub evidence: Mutex<Evidence>,
     /// Set by `DELETE`; the leg reads it as the caller's hang-up.
     deleted: AtomicBool,
@@ -121,13 +124,19 @@ impl Registry {
     }
 
     /// Adds a session; the guard holds it live.
-    pub fn add(self: &Arc<Self>, id: SessionId, call_id: String) -> EntryGuard {
+    pub fn add(
+        self: &Arc<Self>,
+        id: SessionId,
+        call_id: String,
+        partner: Option<String>,
+    ) -> EntryGuard {
         let entry = Arc::new(Entry {
             status: Mutex::new(Status {
                 state: "connecting",
                 end_reason: None,
                 call_id,
             }),
+            partner,
             evidence: Mutex::default(),
             deleted: AtomicBool::new(false),
             wake: Notify::new(),
@@ -204,7 +213,7 @@ mod tests {
     async fn a_guard_counts_live_and_its_drop_lingers_then_forgets() {
         let r = Arc::new(Registry::with_linger(Duration::from_millis(50)));
         let id = SessionId::random();
-        let g = r.add(id.clone(), "c".into());
+        let g = r.add(id.clone(), "c".into(), None);
         assert_eq!(r.live(), 1);
         g.entry.set_state("admitted", None);
         drop(g);
@@ -224,7 +233,7 @@ mod tests {
     #[test]
     fn a_terminal_state_is_not_rewritten() {
         let r = Arc::new(Registry::default());
-        let g = r.add(SessionId::random(), "c".into());
+        let g = r.add(SessionId::random(), "c".into(), None);
         g.entry.set_state("refused", Some("queue_full".into()));
         g.entry.set_state("ended", Some("other".into()));
         let s = lock(&g.entry.status).clone();

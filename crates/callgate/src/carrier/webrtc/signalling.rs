@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
@@ -57,6 +57,10 @@ pub fn routes(webrtc: Arc<WebrtcShared>) -> Router<Arc<CallServices>> {
         .route(
             "/v1/webrtc/sessions/{id}/stats",
             post(evidence).options(options),
+        )
+        .route(
+            "/v1/webrtc/sessions/{id}/conversation",
+            get(conversation).options(options),
         )
         .layer(DefaultBodyLimit::max(WebrtcConfig::MAX_OFFER_BYTES))
         .layer(axum::Extension(webrtc))
@@ -228,7 +232,8 @@ async fn start_call(
     };
     let id = SessionId::random();
     let call_id = CallId::new_random();
-    let guard = w.registry.add(id.clone(), call_id.to_string());
+    let owner = partner.as_ref().map(ToString::to_string);
+    let guard = w.registry.add(id.clone(), call_id.to_string(), owner);
     let settings = Settings {
         ice_timeout: ms(w.cfg.ice_timeout_ms),
         dtls_timeout: ms(w.cfg.dtls_timeout_ms),
@@ -347,6 +352,20 @@ async fn status((axum::Extension(w), Path(id)): Session) -> Response {
                 .clone();
             axum::Json(s).into_response()
         }
+        None => not_found(),
+    };
+    cors(&w.cfg, r)
+}
+
+async fn conversation(
+    State(app): State<Arc<CallServices>>,
+    axum::Extension(w): axum::Extension<Arc<WebrtcShared>>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let r = match entry(&w, &id) {
+        Some(e) => super::conversation::read(&app, &w, &e, &headers, query.as_deref()).await,
         None => not_found(),
     };
     cors(&w.cfg, r)

@@ -72,6 +72,7 @@ pub fn turn(call: CallId, epoch: OwnerEpoch, seq: u32) -> Write {
         started_at: at,
         ended_at: at,
         interrupted: false,
+        latency: None,
     }
 }
 

@@ -312,4 +312,29 @@ fn each_turn_says_where_its_time_went() {
     assert_eq!(l.tts_us, Some(120_000));
     assert_eq!(l.own_us, Some(0), "virtual time: the core costs nothing");
     assert_eq!(l.total_us, Some(stt_us + 370_000));
+    // The reply plays out; its turn record carries the same split, and
+    // the caller's turn (and the greeting, which answered no one) none.
+    s.step(Input::Tts(TtsEvent::ContextFinal {
+        context: ContextId(2),
+    }));
+    s.pass(Duration::from_millis(1_500));
+    let recorded: Vec<_> = s
+        .log
+        .iter()
+        .filter_map(|c| match c {
+            Command::Record(Rec::Turn {
+                speaker, latency, ..
+            }) => Some((*speaker, *latency)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        recorded,
+        [
+            (state_store::Speaker::Bot, None),
+            (state_store::Speaker::Caller, None),
+            (state_store::Speaker::Bot, Some(l)),
+        ],
+        "{recorded:?}"
+    );
 }
