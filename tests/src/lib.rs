@@ -547,6 +547,28 @@ pub async fn eventually<T: std::fmt::Debug>(
     }
 }
 
+/// The pinned Python venv the suite drives outside tools from (the vendor
+/// SDKs, aiortc, the manifest validators), made by `.ci/python-venv` (a
+/// no-op when current; the first time it downloads from PyPI): its
+/// directory. Panics, naming what is missing, when it cannot be made.
+pub async fn python_venv() -> std::path::PathBuf {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let made = tokio::process::Command::new("bash")
+        .arg(repo.join(".ci/python-venv"))
+        .kill_on_drop(true)
+        .status();
+    let made = tokio::time::timeout(Duration::from_secs(300), made)
+        .await
+        .expect("making the Python venv timed out")
+        .expect("running .ci/python-venv (bash)");
+    assert!(
+        made.success(),
+        ".ci/python-venv failed ({made}): it needs python3 with the venv module (Debian python3-venv) and PyPI"
+    );
+    std::env::var_os("CALLGATE_PYTHON_VENV")
+        .map_or_else(|| repo.join("target/python-venv"), std::path::PathBuf::from)
+}
+
 /// Writes a configuration as TOML (what an operator would edit).
 pub fn write_config(path: &std::path::Path, cfg: &Config) {
     callgate_rig::write_config(path, cfg).expect("write the configuration file");

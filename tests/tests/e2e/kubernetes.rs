@@ -102,15 +102,9 @@ fn manifest_files() -> Vec<PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_manifest_and_both_overlays_pass_strict_validation_for_1_30_and_the_newest() {
-    let venv = tokio::process::Command::new("bash")
-        .arg(repo().join(".ci/python-venv"))
-        .status();
-    let venv = tokio::time::timeout(Duration::from_secs(300), venv)
+    let tool = callgate_tests::python_venv()
         .await
-        .expect("making the Python venv timed out")
-        .unwrap();
-    assert!(venv.success(), ".ci/python-venv failed: {venv}");
-    let tool = repo().join("target/python-venv/bin/kubernetes-validate");
+        .join("bin/kubernetes-validate");
 
     let scratch =
         std::env::temp_dir().join(format!("callgate-k8s-{}", uuid::Uuid::new_v4().simple()));

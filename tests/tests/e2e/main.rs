@@ -44,5 +44,6 @@ mod tools;
 mod tts_bad_days;
 mod watchdog;
 mod webrtc;
+mod webrtc_aiortc;
 mod webrtc_bad_input;
 mod webrtc_dtls;
