@@ -44,6 +44,9 @@ pub const PARTNER_QUOTA: &str = "callgate_partner_quota_calls";
 pub const SETUP_SECONDS: &str = "callgate_call_setup_seconds";
 pub const SETUP_FAILURES: &str = "callgate_call_setup_failures_total";
 pub const CALLS_ENDED: &str = "callgate_calls_ended_total";
+/// Receipts closed, by `status` (`completed`, `failed`: a close timed out
+/// or was forced, a write was lost, or the permit's release was not seen).
+pub const CLEANUPS: &str = "callgate_call_cleanups_total";
 pub const CALL_SECONDS: &str = "callgate_call_duration_seconds";
 pub const OVERFLOWED: &str = "callgate_overflow_calls_total";
 pub const FIRST_AUDIO: &str = "callgate_first_audio_seconds";
@@ -165,6 +168,63 @@ pub const SESSIONS_RECLAIMED: &str = "callgate_sessions_reclaimed_total";
 pub const OWNER_FENCED_CALLS: &str = "callgate_owner_fenced_calls_total";
 /// `GET /v1/sessions/{id}` answers, by `status` (`200`, `400`, `404`, `503`).
 pub const SESSION_READS: &str = "callgate_session_reads_total";
+
+/// The gate's refusal reasons (`admission::RejectReason::as_str`, less
+/// `internal`, a bug and never counted).
+const GATE_REASONS: [&str; 7] = [
+    "at_capacity",
+    "queue_full",
+    "queue_timeout",
+    "draining",
+    "dependency_down",
+    "partner_quota",
+    "instance_overloaded",
+];
+
+/// Registers at 0 the counters `deploy/prometheus/callgate-rules.yml`
+/// alerts on, with every label value they can take (for the ingresses
+/// given), so a scrape shows them before the first event: an alert on
+/// `increase()` then sees the first refusal, stall or failed cleanup (a
+/// series born at 1 hides it), and an absent series means a broken scrape,
+/// not a quiet instance. About 70 series.
+pub fn prime(ingresses: &[&'static str]) {
+    use crate::end::{Culprit, Provider};
+    for reason in GATE_REASONS {
+        for ingress in ingresses {
+            metrics::counter!(REJECTED, "reason" => reason, "ingress" => *ingress).absolute(0);
+        }
+        for heard in ["true", "false"] {
+            metrics::counter!(OVERFLOWED, "reason" => reason, "prompt_heard" => heard).absolute(0);
+        }
+    }
+    let culprits = [
+        Culprit::Dialog,
+        Culprit::Tool,
+        Culprit::Tts,
+        Culprit::Stt,
+        Culprit::CarrierMedia,
+        Culprit::Instance,
+    ];
+    for culprit in culprits.map(Culprit::as_str) {
+        for action in ["apology", "transfer", "end"] {
+            metrics::counter!(STALLS, "culprit" => culprit, "action" => action).absolute(0);
+        }
+    }
+    for provider in [Provider::Stt, Provider::Tts, Provider::Dialog].map(Provider::label) {
+        for why in ["down", "capacity"] {
+            metrics::counter!(RECONNECT_ATTEMPTS, "provider" => provider, "why" => why).absolute(0);
+        }
+        metrics::counter!(RECONNECTED, "provider" => provider).absolute(0);
+    }
+    for status in ["completed", "failed"] {
+        metrics::counter!(CLEANUPS, "status" => status).absolute(0);
+    }
+    for reason in ["owner_lost", "instance_restart"] {
+        metrics::counter!(SESSIONS_RECLAIMED, "reason" => reason).absolute(0);
+    }
+    metrics::counter!(OWNER_FENCED_CALLS).absolute(0);
+    metrics::counter!(WRITES_LOST).absolute(0);
+}
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 

@@ -36,12 +36,25 @@ pub struct Running {
     agent: Option<crate::agent::responder::Responder>,
 }
 
+/// The ingresses this configuration serves (the metrics primed for them).
+fn primed_ingresses(cfg: &Config) -> Vec<&'static str> {
+    let mut on = vec!["twilio", "partner"];
+    if cfg.sip.enabled {
+        on.push("sip");
+    }
+    if cfg.webrtc.enabled {
+        on.push("webrtc");
+    }
+    on
+}
+
 /// Connects to Postgres (migrating it), builds the shared state, binds the
 /// listener and starts serving.
 pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<Running> {
     cfg.validate()?;
     crate::ensure_tls_provider();
     let metrics = metrics::install();
+    metrics::prime(&primed_ingresses(&cfg));
     let store = state_store::Store::connect(cfg.store_config()).await?;
     let applied = store.migrate().await?;
     if !applied.is_empty() {

@@ -26,6 +26,7 @@ mod operations;
 mod overload;
 mod partner;
 mod partner_bad_input;
+mod prometheus;
 mod receipts;
 mod reconnect;
 mod reload_mid_call;

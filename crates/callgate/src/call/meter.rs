@@ -5,8 +5,9 @@
 use crate::call::core::{Report, Stale};
 use crate::metrics as m;
 
-/// Records one report of the call core.
-pub fn record(report: Report) {
+/// Records one report of the call core for a call that came in on
+/// `ingress` (the family the latency histograms are labelled by).
+pub fn record(report: Report, ingress: &'static str) {
     match report {
         Report::MediaIn => metrics::counter!(m::MEDIA_IN).increment(1),
         Report::ProtocolError(kind) => {
@@ -35,8 +36,12 @@ pub fn record(report: Report) {
         Report::Reconnected(provider) => {
             metrics::counter!(m::RECONNECTED, "provider" => provider.label()).increment(1);
         }
-        Report::FirstAudio(d) => metrics::histogram!(m::FIRST_AUDIO).record(d.as_secs_f64()),
-        Report::ReplyLatency(d) => metrics::histogram!(m::REPLY_LATENCY).record(d.as_secs_f64()),
+        Report::FirstAudio(d) => {
+            metrics::histogram!(m::FIRST_AUDIO, "ingress" => ingress).record(d.as_secs_f64());
+        }
+        Report::ReplyLatency(d) => {
+            metrics::histogram!(m::REPLY_LATENCY, "ingress" => ingress).record(d.as_secs_f64());
+        }
         Report::TurnOwn { us } => metrics::histogram!(m::TURN_OWN).record(us as f64 / 1e6),
     }
 }
@@ -77,7 +82,9 @@ mod tests {
             Report::ReplyLatency(Duration::from_millis(800)),
             Report::TurnOwn { us: 4_000 },
         ];
-        metrics::with_local_recorder(&recorder, || reports.into_iter().for_each(record));
+        metrics::with_local_recorder(&recorder, || {
+            reports.into_iter().for_each(|r| record(r, "sip"));
+        });
         let text = handle.render();
         for line in [
             "callgate_media_frames_received_total 1",
@@ -91,8 +98,8 @@ mod tests {
             "callgate_stale_events_dropped_total{kind=\"tts_audio\"} 1",
             "callgate_provider_reconnect_attempts_total{provider=\"stt\",why=\"capacity\"} 1",
             "callgate_provider_reconnected_total{provider=\"dialog\"} 1",
-            "callgate_first_audio_seconds_count 1",
-            "callgate_reply_latency_seconds_count 1",
+            "callgate_first_audio_seconds_count{ingress=\"sip\"} 1",
+            "callgate_reply_latency_seconds_count{ingress=\"sip\"} 1",
             "callgate_turn_own_seconds_count 1",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");

@@ -99,6 +99,8 @@ pub struct CallActor<L: Leg> {
     /// The configuration this call runs on, taken at admission
     /// (`CallInfo::cfg`); the receipt reads it too.
     cfg: Arc<crate::config::Config>,
+    /// Where the call came in (the latency metrics' `ingress` label).
+    ingress: &'static str,
 }
 
 impl<L: Leg> CallActor<L> {
@@ -147,6 +149,7 @@ impl<L: Leg> CallActor<L> {
             setup_ms,
             transfer_target,
             cfg,
+            ingress: info.arrival.ingress.as_str(),
             app,
         }
     }
@@ -224,7 +227,7 @@ impl<L: Leg> CallActor<L> {
             self.core.performed(Instant::now());
         }
         while let Some(report) = self.core.next_report() {
-            meter::record(report);
+            meter::record(report, self.ingress);
         }
     }
 

@@ -152,6 +152,7 @@ impl Recorder {
         at: Instant,
         stats: serde_json::Value,
     ) {
+        metrics::counter!(m::CLEANUPS, "status" => status.as_str()).increment(1);
         let w = Write::Close {
             call: self.call,
             epoch: self.epoch,
