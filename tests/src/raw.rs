@@ -35,7 +35,20 @@ pub enum ServerMsg {
 impl RawCall {
     /// Connects and sends `connected` (not `start`).
     pub async fn connect(url: &str) -> RawCall {
-        let (ws, _) = tokio_tungstenite::connect_async(url)
+        RawCall::connect_signed(url, None).await
+    }
+
+    /// [`RawCall::connect`] with the upgrade signed as Twilio signs it
+    /// (`X-Twilio-Signature`, HMAC-SHA1 of the URL) when `auth_token` is given.
+    pub async fn connect_signed(url: &str, auth_token: Option<&str>) -> RawCall {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut req = url.into_client_request().expect("a WebSocket URL");
+        if let Some(token) = auth_token {
+            let sig = callgate_load::connect::twilio_signature(token, url).expect("sign");
+            req.headers_mut()
+                .insert("x-twilio-signature", sig.parse().expect("a header value"));
+        }
+        let (ws, _) = tokio_tungstenite::connect_async(req)
             .await
             .expect("upgrade");
         let id = uuid::Uuid::new_v4().simple().to_string();

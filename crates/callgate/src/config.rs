@@ -25,6 +25,7 @@ mod ledger;
 mod ownership;
 mod receipt;
 mod sip;
+mod twilio_webhook;
 mod webrtc;
 pub use admission::{AdmissionConfig, AutoTag, MaxCalls, MaxSetups};
 pub use agent::AgentConfig;
@@ -35,6 +36,7 @@ pub use ledger::{LedgerConfig, PressureConfig};
 pub use ownership::OwnershipConfig;
 pub use receipt::{MAX_LABEL_KEY_BYTES, MAX_LABEL_VALUE_BYTES, ReceiptConfig, RetentionConfig};
 pub use sip::{SipConfig, SipOverflow};
+pub use twilio_webhook::TwilioWebhookConfig;
 pub use webrtc::{WebrtcConfig, WebrtcOverflow};
 
 /// The whole configuration.
@@ -132,6 +134,8 @@ pub struct TwilioConfig {
     pub max_media_payload_bytes: usize,
     /// How long after the upgrade the `start` event must arrive.
     pub start_timeout_ms: u64,
+    /// The voice webhook (`POST /v1/twilio/voice`).
+    pub webhook: TwilioWebhookConfig,
 }
 
 /// Secrets are never printed: `Debug` shows only whether they are set.
@@ -145,6 +149,7 @@ impl std::fmt::Debug for TwilioConfig {
             .field("max_message_bytes", &self.max_message_bytes)
             .field("max_media_payload_bytes", &self.max_media_payload_bytes)
             .field("start_timeout_ms", &self.start_timeout_ms)
+            .field("webhook", &self.webhook)
             .finish()
     }
 }
@@ -158,6 +163,7 @@ impl Default for TwilioConfig {
             max_message_bytes: 64 * 1024,
             max_media_payload_bytes: 1_600,
             start_timeout_ms: 5_000,
+            webhook: TwilioWebhookConfig::default(),
         }
     }
 }
@@ -558,6 +564,10 @@ impl Config {
                 "twilio.shared_key_secret must be the SharedKey secret exactly: not empty, no surrounding whitespace",
             );
         }
+        self.twilio
+            .webhook
+            .validate()
+            .map_err(ConfigError::Invalid)?;
         self.sip.validate().map_err(ConfigError::Invalid)?;
         self.webrtc.validate().map_err(ConfigError::Invalid)?;
         self.drain.validate().map_err(ConfigError::Invalid)?;

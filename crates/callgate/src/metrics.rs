@@ -166,6 +166,13 @@ pub const SESSIONS_RECLAIMED: &str = "callgate_sessions_reclaimed_total";
 /// their records while this one's beats were not landing (paused, cut off)
 /// or another process took this instance name.
 pub const OWNER_FENCED_CALLS: &str = "callgate_owner_fenced_calls_total";
+/// Twilio voice webhooks answered, by `outcome`: `connect` (admitted: a
+/// `<Connect><Stream>` on a reservation), `refused` (the overflow prompt
+/// and `<Dial>`, no stream), `bad_signature`, `bad_request`.
+pub const TWILIO_WEBHOOKS: &str = "callgate_twilio_webhooks_total";
+/// Webhook reservations by `outcome`: `claimed` (the stream came) or
+/// `expired` (it did not within `twilio.webhook.reservation_ms`; released).
+pub const TWILIO_RESERVATIONS: &str = "callgate_twilio_reservations_total";
 /// `GET /v1/sessions/{id}` answers, by `status` (`200`, `400`, `404`, `503`).
 pub const SESSION_READS: &str = "callgate_session_reads_total";
 

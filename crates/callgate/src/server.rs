@@ -54,6 +54,12 @@ pub async fn start(cfg: Config, config_path: Option<PathBuf>) -> anyhow::Result<
     cfg.validate()?;
     crate::ensure_tls_provider();
     let metrics = metrics::install();
+    if cfg.twilio.webhook.enabled && cfg.twilio.webhook.transfer_to.is_none() {
+        warn!(
+            key = "twilio.webhook.transfer_to",
+            "the Twilio webhook has no transfer_to: refused callers hear the overflow prompt and are hung up, and a transfer ends the call"
+        );
+    }
     metrics::prime(&primed_ingresses(&cfg));
     let store = state_store::Store::connect(cfg.store_config()).await?;
     let applied = store.migrate().await?;

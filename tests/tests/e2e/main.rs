@@ -43,6 +43,7 @@ mod sip_torture;
 mod stt_bad_days;
 mod tools;
 mod tts_bad_days;
+mod twilio_webhook;
 mod watchdog;
 mod webrtc;
 mod webrtc_aiortc;

@@ -4,7 +4,7 @@
 //!
 //! | home | wire | ingress (handshake) | leg |
 //! |---|---|---|---|
-//! | [`twilio`] | Media Streams JSON, request signatures | `GET /v1/media-stream` | [`twilio::leg::TwilioLeg`] |
+//! | [`twilio`] | Media Streams JSON, request signatures, TwiML | `POST /v1/twilio/voice` (the webhook), `GET /v1/media-stream` | [`twilio::leg::TwilioLeg`] |
 //! | [`partner`] | the partner protocol (`docs/partner-protocol.md`), resume tokens | `GET /v1/partner/stream` | [`partner::leg::PartnerLeg`] |
 //! | [`sip`] | SIP over UDP/TCP, SDP, RTP | the SIP listener | [`sip::leg::SipLeg`] |
 //! | [`webrtc`] | WHIP-style HTTP signalling, ICE-lite/DTLS-SRTP/Opus on one UDP socket | `POST /v1/webrtc` | [`webrtc::leg::WebrtcLeg`] |
@@ -32,6 +32,8 @@ use crate::app::CallServices;
 pub struct Carriers {
     /// Partner resume tokens of the calls running here.
     pub partner_resumes: Arc<partner::leg::Registry>,
+    /// Slots the Twilio voice webhook admitted, held for their streams.
+    pub twilio_reservations: Arc<twilio::reservations::Reservations>,
     /// The WebRTC media socket and sessions, when `webrtc.enabled`.
     pub webrtc: Option<Arc<webrtc::WebrtcShared>>,
 }
@@ -46,6 +48,7 @@ impl Carriers {
         };
         Ok(Carriers {
             partner_resumes: Arc::default(),
+            twilio_reservations: Arc::default(),
             webrtc,
         })
     }
@@ -53,7 +56,7 @@ impl Carriers {
     /// The WebSocket carriers' upgrade routes (SIP has its own listener,
     /// started by `server::start`).
     pub fn routes(&self) -> Router<Arc<CallServices>> {
-        let ws = twilio::ingress::routes()
+        let ws = twilio::ingress::routes(Arc::clone(&self.twilio_reservations))
             .merge(partner::ingress::routes(Arc::clone(&self.partner_resumes)));
         match &self.webrtc {
             Some(w) => ws.merge(webrtc::signalling::routes(Arc::clone(w))),

@@ -45,7 +45,11 @@ impl Config {
             out.push(Exposure {
                 key: "twilio.auth_token",
                 addr: http,
-                message: "neither twilio.auth_token nor twilio.shared_key_secret is set: /v1/media-stream accepts unsigned streams from anyone who can reach this listener",
+                message: if self.twilio.webhook.enabled {
+                    "neither twilio.auth_token nor twilio.shared_key_secret is set: /v1/media-stream and the voice webhook /v1/twilio/voice accept unsigned requests from anyone who can reach this listener"
+                } else {
+                    "neither twilio.auth_token nor twilio.shared_key_secret is set: /v1/media-stream accepts unsigned streams from anyone who can reach this listener"
+                },
             });
         }
         if self.agent.enabled && exposed(self.agent.listen) {

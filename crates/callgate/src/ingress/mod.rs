@@ -56,9 +56,24 @@ impl Refusal {
 }
 
 /// Admission, setup and the call, for any leg.
-pub async fn run<L: Leg>(app: Arc<CallServices>, mut leg: L, arrival: Arrival) {
+pub async fn run<L: Leg>(app: Arc<CallServices>, leg: L, arrival: Arrival) {
+    run_reserved(app, leg, arrival, None).await;
+}
+
+/// [`run`] for a call admitted before its leg existed (the Twilio webhook
+/// reserved `reserved` for it): no second decision, no queue.
+pub async fn run_reserved<L: Leg>(
+    app: Arc<CallServices>,
+    mut leg: L,
+    arrival: Arrival,
+    reserved: Option<Permit>,
+) {
     let asked = Instant::now();
-    let permit = match wait_admission(&app, &mut leg, &arrival).await {
+    let admitted = match reserved {
+        Some(p) => Admission::Admitted(p),
+        None => wait_admission(&app, &mut leg, &arrival).await,
+    };
+    let permit = match admitted {
         Admission::Admitted(p) => p,
         Admission::Rejected(r) => return reject(&app, leg, &arrival, r).await,
         Admission::Abandoned(left) => {

@@ -11,11 +11,12 @@ use axum::Router;
 use axum::extract::{State, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use state_store::CallId;
 use tracing::{Instrument, info_span, warn};
 
 use super::leg::{Limits, TwilioLeg};
+use super::reservations::Reservations;
 use super::signature;
 use super::wire as twilio;
 use crate::app::CallServices;
@@ -27,14 +28,23 @@ use crate::ingress::Refusal;
 use crate::leg::{Ingress, LegFormat};
 use crate::metrics as m;
 
-/// The Twilio carrier's route.
-pub fn routes() -> Router<Arc<CallServices>> {
-    Router::new().route("/v1/media-stream", get(media_stream))
+/// The Twilio carrier's routes: the media stream, the voice webhook and
+/// the prompt it plays.
+pub fn routes(reservations: Arc<Reservations>) -> Router<Arc<CallServices>> {
+    Router::new()
+        .route("/v1/media-stream", get(media_stream))
+        .route("/v1/twilio/voice", post(super::webhook::voice))
+        .route(
+            super::webhook::OVERFLOW_PROMPT_PATH,
+            get(super::webhook::overflow_prompt),
+        )
+        .layer(axum::Extension(reservations))
 }
 
 /// The upgrade handler.
 pub async fn media_stream(
     State(app): State<Arc<CallServices>>,
+    axum::Extension(reservations): axum::Extension<Arc<Reservations>>,
     headers: HeaderMap,
     uri: Uri,
     ws: WebSocketUpgrade,
@@ -77,7 +87,7 @@ pub async fn media_stream(
         .max_frame_size(cap)
         .read_buffer_size(8 * 1024)
         .on_upgrade(move |socket| async move {
-            tracker.spawn(handle(app, socket)).await.ok();
+            tracker.spawn(handle(app, reservations, socket)).await.ok();
         })
 }
 
@@ -86,7 +96,7 @@ pub async fn media_stream(
 /// (the scheme this listener sees when TLS ends at a proxy). The HMAC, not
 /// the scheme, is what authenticates. Each is also tried with a trailing
 /// `/` and without and with its port ([`signature::url_candidates`]).
-fn signed_urls(public: Option<&str>, headers: &HeaderMap, uri: &Uri) -> Vec<String> {
+pub(super) fn signed_urls(public: Option<&str>, headers: &HeaderMap, uri: &Uri) -> Vec<String> {
     if let Some(p) = public.filter(|p| !p.is_empty()) {
         return vec![p.to_string()];
     }
@@ -98,7 +108,11 @@ fn signed_urls(public: Option<&str>, headers: &HeaderMap, uri: &Uri) -> Vec<Stri
     vec![format!("wss://{host}{path}"), format!("ws://{host}{path}")]
 }
 
-async fn handle(app: Arc<CallServices>, socket: axum::extract::ws::WebSocket) {
+async fn handle(
+    app: Arc<CallServices>,
+    reservations: Arc<Reservations>,
+    socket: axum::extract::ws::WebSocket,
+) {
     let cfg = app.cfg();
     let timeout = ms(cfg.twilio.start_timeout_ms);
     let limits = Limits {
@@ -114,8 +128,10 @@ async fn handle(app: Arc<CallServices>, socket: axum::extract::ws::WebSocket) {
             return;
         }
     };
+    // A call the webhook admitted runs on the slot it reserved.
+    let reserved = reservations.claim(&start.call_sid);
     let arrival = Arrival {
-        call_id: CallId::new_random(),
+        call_id: reserved.as_ref().map_or_else(CallId::new_random, |r| r.1),
         ingress: Ingress::Twilio,
         format: LegFormat::Mulaw8k,
         carrier_call_id: start.call_sid.clone(),
@@ -145,7 +161,8 @@ async fn handle(app: Arc<CallServices>, socket: axum::extract::ws::WebSocket) {
             leg.refuse(&why).await;
             return;
         }
-        crate::ingress::run(app, leg, arrival).await;
+        let permit = reserved.map(|(p, _)| p);
+        crate::ingress::run_reserved(app, leg, arrival, permit).await;
     }
     .instrument(span)
     .await;

@@ -10,9 +10,15 @@
 //! - [`ingress`]: the upgrade handler — signature, a bounded wait for
 //!   `start`, the media format — that hands a [`leg::TwilioLeg`] to the
 //!   shared call path;
-//! - [`leg`]: the call's view of the stream.
+//! - [`leg`]: the call's view of the stream;
+//! - [`webhook`]: the voice webhook, which asks the gate before any stream
+//!   exists and answers TwiML (`<Connect><Stream>`, or the overflow prompt
+//!   and `<Dial>`), and [`reservations`], the admitted slots held for their
+//!   streams.
 
 pub mod ingress;
 pub mod leg;
+pub mod reservations;
 pub mod signature;
+pub mod webhook;
 pub mod wire;
