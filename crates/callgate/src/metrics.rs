@@ -173,6 +173,10 @@ pub const TWILIO_WEBHOOKS: &str = "callgate_twilio_webhooks_total";
 /// Webhook reservations by `outcome`: `claimed` (the stream came) or
 /// `expired` (it did not within `twilio.webhook.reservation_ms`; released).
 pub const TWILIO_RESERVATIONS: &str = "callgate_twilio_reservations_total";
+/// Twilio call-status callbacks, by `result`: `recorded` (beside a
+/// receipt), `no_receipt`, `not_final` (ignored), `bad_signature`,
+/// `bad_request`, `unavailable` (Postgres did not answer).
+pub const TWILIO_STATUS_CALLBACKS: &str = "callgate_twilio_status_callbacks_total";
 /// `GET /v1/sessions/{id}` answers, by `status` (`200`, `400`, `404`, `503`).
 pub const SESSION_READS: &str = "callgate_session_reads_total";
 

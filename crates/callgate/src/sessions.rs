@@ -353,6 +353,7 @@ pub fn receipt_json(row: &LedgerRow, events: &[EventRow]) -> Value {
             "cleanup_completed": stamp(row.cleanup_completed_at),
         },
         "end_reason": row.end_reason,
+        "carrier_end": row.carrier_end,
         "cleanup_status": row.cleanup_status.as_str(),
         "stats": stats,
         "events": events,
@@ -486,6 +487,7 @@ mod tests {
             end_reason: None,
             cleanup_status: CleanupStatus::Pending,
             stats,
+            carrier_end: None,
         }
     }
 

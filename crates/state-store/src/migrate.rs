@@ -68,6 +68,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "0008_turn_latency",
         sql: include_str!("../../../migrations/0008_turn_latency.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_carrier_end",
+        sql: include_str!("../../../migrations/0009_carrier_end.sql"),
+    },
 ];
 
 /// Advisory lock key shared by every callgate instance ("callgate" in ASCII).

@@ -1,8 +1,10 @@
-//! The read side of `admission_rejections`: a refused call found by the id
-//! callgate gave it or by the carrier's own id. Refusals never enter the
-//! ledger (they hold no resources and make no promise), but an operator
-//! asked "why did this caller not get through?" must be able to answer it
-//! from the id the caller or carrier holds.
+//! What the carrier's side says about a call, by the carrier's own id: the
+//! read side of `admission_rejections` (a refused call found by the id
+//! callgate gave it or by the carrier's), and the carrier's account of a
+//! call's end written beside the receipt. Refusals never enter the ledger
+//! (they hold no resources and make no promise), but an operator asked
+//! "why did this caller not get through?" must be able to answer it from
+//! the id the caller or carrier holds.
 
 use std::time::Duration;
 
@@ -17,6 +19,30 @@ const COLUMNS: &str = "call_id, instance, ingress, carrier_call_id, partner_id, 
     waited_ms, at";
 
 impl Store {
+    /// Records the carrier's own account of how the calls it knows as
+    /// `carrier_call_id` (on `ingress`) ended, beside callgate's; returns
+    /// the receipts it was written to (0: none was admitted under that id).
+    /// The latest account wins.
+    ///
+    /// # Errors
+    /// Provider errors.
+    pub async fn record_carrier_end(
+        &self,
+        ingress: &str,
+        carrier_call_id: &str,
+        end: &serde_json::Value,
+    ) -> Result<u64, StoreError> {
+        let sql = "UPDATE call_ledger SET carrier_end = $3 \
+                   WHERE carrier_call_id = $1 AND ingress = $2";
+        let mut conn = self.control_pool().checkout().await?;
+        conn.execute(
+            "record_carrier_end",
+            sql,
+            &[&carrier_call_id, &ingress, end],
+        )
+        .await
+    }
+
     /// The refusal recorded under `id`, if any. Refusals are written in
     /// batches off the caller's path, so one can appear up to a batch
     /// interval after the refusal itself.

@@ -85,6 +85,9 @@ pub struct LedgerRow {
     pub cleanup_status: CleanupStatus,
     /// Counter deltas and stats (includes `writes_lost` once closed).
     pub stats: serde_json::Value,
+    /// The carrier's own account of the call's end (Twilio's status
+    /// callback), beside callgate's; `None` until the carrier says.
+    pub carrier_end: Option<serde_json::Value>,
 }
 
 /// One stored turn.
@@ -203,7 +206,7 @@ pub(crate) fn millis(d: Duration) -> i64 {
 pub(crate) const LEDGER_COLUMNS: &str = "call_id, owner_instance, owner_epoch, ingress, \
     carrier_call_id, admitted_at, admission_wait_ms, media_ready_at, first_playable_audio_at, \
     last_media_at, disconnect_observed_at, cleanup_completed_at, end_reason, cleanup_status, stats, \
-    partner_id";
+    partner_id, carrier_end";
 
 impl LedgerRow {
     pub(crate) fn from_row(row: &Row) -> Result<Self, StoreError> {
@@ -232,6 +235,7 @@ impl LedgerRow {
                 }
             })?,
             stats: col(row, 14, op)?,
+            carrier_end: col(row, 16, op)?,
         })
     }
 }

@@ -39,7 +39,6 @@ fn call_sid(n: u8) -> String {
 /// Twilio's webhook request for `sid`: the form, signed over the URL and
 /// the parameters sorted by name (`sign: false` sends no signature).
 async fn webhook(h: &Harness, sid: &str, sign: bool) -> (u16, String) {
-    let url = format!("http://{}/v1/twilio/voice", h.server.addr);
     let params = [
         ("AccountSid", "AC00000000000000000000000000000000"),
         ("CallSid", sid),
@@ -48,13 +47,18 @@ async fn webhook(h: &Harness, sid: &str, sign: bool) -> (u16, String) {
         ("From", "+15551234567"),
         ("To", "+15557654321"),
     ];
-    // Already sorted by name: the signed string is the URL, then each name
-    // and value.
+    post(h, "/v1/twilio/voice", &params, sign).await
+}
+
+/// A form POST as Twilio makes it; `params` sorted by name.
+async fn post(h: &Harness, path: &str, params: &[(&str, &str)], sign: bool) -> (u16, String) {
+    let url = format!("http://{}{path}", h.server.addr);
+    // The signed string is the URL, then each name and value.
     let signed: String = params.iter().map(|(k, v)| format!("{k}{v}")).collect();
     let sig = callgate_load::connect::twilio_signature(TOKEN, &format!("{url}{signed}")).unwrap();
     let body: Vec<String> = params
         .iter()
-        .map(|(k, v)| format!("{k}={}", v.replace('+', "%2B")))
+        .map(|(k, v)| format!("{k}={}", v.replace('+', "%2B").replace(' ', "+")))
         .collect();
     callgate::ensure_tls_provider();
     let mut req = reqwest::Client::new()
@@ -66,6 +70,18 @@ async fn webhook(h: &Harness, sid: &str, sign: bool) -> (u16, String) {
     }
     let r = req.send().await.unwrap();
     (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Twilio's call-status callback for `sid`.
+async fn status_callback(h: &Harness, sid: &str, status: &str) -> u16 {
+    let params = [
+        ("AccountSid", "AC00000000000000000000000000000000"),
+        ("CallDuration", "12"),
+        ("CallSid", sid),
+        ("CallStatus", status),
+        ("Timestamp", "Tue, 08 Dec 2026 01:20:00 +0000"),
+    ];
+    post(h, "/v1/twilio/status", &params, true).await.0
 }
 
 /// The call id a `<Connect>` answer names.
@@ -147,6 +163,19 @@ async fn the_webhook_admits_onto_a_reservation_refuses_without_a_stream_and_rele
     call.until_closed(Duration::from_secs(10)).await;
     let closed = h.closed_ledger(&call_sid(1)).await;
     assert_eq!(closed.end_reason.as_deref(), Some("caller_hangup"));
+    // Twilio's own account of the end lands beside callgate's.
+    assert_eq!(status_callback(&h, &call_sid(1), "in-progress").await, 204);
+    assert_eq!(status_callback(&h, &call_sid(1), "completed").await, 204);
+    let (code, receipt) = h.admin_json(&format!("/v1/sessions/{id}")).await;
+    assert_eq!(code, 200);
+    assert_eq!(receipt["end_reason"], "caller_hangup", "{receipt}");
+    let end = &receipt["carrier_end"];
+    assert_eq!(end["status"], "completed", "{receipt}");
+    assert_eq!(end["duration_s"], 12);
+    assert_eq!(end["carrier_timestamp"], "Tue, 08 Dec 2026 01:20:00 +0000");
+    assert_eq!(end["source"], "twilio_status_callback");
+    // The refused call has no receipt: acknowledged all the same.
+    assert_eq!(status_callback(&h, &call_sid(2), "completed").await, 204);
 
     // A reservation whose stream never comes is released and counted.
     let (_, twiml) = webhook(&h, &call_sid(3), true).await;

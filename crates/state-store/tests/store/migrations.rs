@@ -20,7 +20,8 @@ async fn second_run_is_a_no_op() {
             "0005_instance_heartbeats",
             "0006_carrier_call_lookup",
             "0007_refusal_lookup",
-            "0008_turn_latency"
+            "0008_turn_latency",
+            "0009_carrier_end"
         ]
     );
     let second = store.migrate().await.unwrap();
@@ -77,7 +78,8 @@ async fn racing_instances_apply_each_migration_once() {
             "0005_instance_heartbeats",
             "0006_carrier_call_lookup",
             "0007_refusal_lookup",
-            "0008_turn_latency"
+            "0008_turn_latency",
+            "0009_carrier_end"
         ]
     );
     let raw = common::raw(&pg).await;
@@ -86,7 +88,7 @@ async fn racing_instances_apply_each_migration_once() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(n, 8);
+    assert_eq!(n, 9);
 }
 
 /// A database at version 1 with calls in it (the state before this build):
@@ -133,7 +135,8 @@ async fn a_version_1_database_with_calls_upgrades_in_place() {
             "0005_instance_heartbeats",
             "0006_carrier_call_lookup",
             "0007_refusal_lookup",
-            "0008_turn_latency"
+            "0008_turn_latency",
+            "0009_carrier_end"
         ]
     );
     let row = store

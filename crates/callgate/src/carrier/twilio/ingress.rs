@@ -34,6 +34,7 @@ pub fn routes(reservations: Arc<Reservations>) -> Router<Arc<CallServices>> {
     Router::new()
         .route("/v1/media-stream", get(media_stream))
         .route("/v1/twilio/voice", post(super::webhook::voice))
+        .route("/v1/twilio/status", post(super::webhook::status))
         .route(
             super::webhook::OVERFLOW_PROMPT_PATH,
             get(super::webhook::overflow_prompt),

@@ -76,23 +76,97 @@ pub async fn voice(
 }
 
 /// The request's `CallSid`, once its size, signature and form are good.
-fn checked(
+fn checked(cfg: &Config, headers: &HeaderMap, uri: &Uri, body: &[u8]) -> Result<String, Refused> {
+    checked_form(cfg, headers, uri, body).map(|(sid, _)| sid)
+}
+
+/// A request's form parameters, in order.
+type Form = Vec<(String, String)>;
+/// Why a request was refused: its status and the metric's outcome.
+type Refused = (StatusCode, &'static str);
+
+/// [`checked`], with the form's parameters.
+fn checked_form(
     cfg: &Config,
     headers: &HeaderMap,
     uri: &Uri,
     body: &[u8],
-) -> Result<String, (StatusCode, &'static str)> {
+) -> Result<(String, Form), Refused> {
     if body.len() > MAX_BODY {
         return Err((StatusCode::PAYLOAD_TOO_LARGE, "bad_request"));
     }
     let params = form(body).ok_or((StatusCode::BAD_REQUEST, "bad_request"))?;
     verify(cfg, headers, uri, &params).map_err(|()| (StatusCode::FORBIDDEN, "bad_signature"))?;
-    let sid = params
+    let sid = param(&params, "CallSid")
+        .filter(|s| is_call_sid(s))
+        .map(str::to_string);
+    let sid = sid.ok_or((StatusCode::BAD_REQUEST, "bad_request"))?;
+    Ok((sid, params))
+}
+
+fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    params
         .iter()
-        .find(|(k, _)| k == "CallSid")
-        .map(|(_, v)| v.clone())
-        .filter(|s| is_call_sid(s));
-    sid.ok_or((StatusCode::BAD_REQUEST, "bad_request"))
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Twilio's final call statuses: the ones a status callback records.
+const FINAL_STATUSES: [&str; 5] = ["completed", "busy", "failed", "no-answer", "canceled"];
+
+/// `POST /v1/twilio/status`: the number's call-status callback. Twilio's
+/// own account of a call's end (its `CallStatus` and billed
+/// `CallDuration`) is written beside the receipt's (`carrier_end`), never
+/// over it; a status that is not final is acknowledged and ignored. `204`
+/// once handled (also when no receipt has that `CallSid`: a call refused at
+/// the webhook has none), `503` when Postgres does not answer; checked
+/// like the webhook.
+pub async fn status(
+    State(app): State<Arc<CallServices>>,
+    headers: HeaderMap,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    let cfg = app.cfg();
+    if !cfg.twilio.webhook.enabled {
+        return (StatusCode::NOT_FOUND, "the Twilio webhook is not enabled\n").into_response();
+    }
+    let (sid, params) = match checked_form(&cfg, &headers, &uri, &body) {
+        Ok(x) => x,
+        Err((status, why)) => {
+            metrics::counter!(m::TWILIO_STATUS_CALLBACKS, "result" => why).increment(1);
+            return (status, format!("{why}\n")).into_response();
+        }
+    };
+    let status = param(&params, "CallStatus").unwrap_or("");
+    let Some(status) = FINAL_STATUSES.into_iter().find(|s| *s == status) else {
+        metrics::counter!(m::TWILIO_STATUS_CALLBACKS, "result" => "not_final").increment(1);
+        return StatusCode::NO_CONTENT.into_response();
+    };
+    let end = serde_json::json!({
+        "status": status,
+        "duration_s": param(&params, "CallDuration").and_then(|d| d.parse::<u64>().ok()),
+        "carrier_timestamp": param(&params, "Timestamp").map(|t| t.chars().take(64).collect::<String>()),
+        "at": crate::sessions::rfc3339(std::time::SystemTime::now()),
+        "source": "twilio_status_callback",
+    });
+    match app.store.record_carrier_end("twilio", &sid, &end).await {
+        Ok(n) => {
+            let result = if n > 0 { "recorded" } else { "no_receipt" };
+            metrics::counter!(m::TWILIO_STATUS_CALLBACKS, "result" => result).increment(1);
+            info!(call_sid = %sid, status, receipts = n, "Twilio call status recorded beside the receipt");
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Err(e) => {
+            metrics::counter!(m::TWILIO_STATUS_CALLBACKS, "result" => "unavailable").increment(1);
+            warn!(call_sid = %sid, error = %e, "Twilio call status could not be recorded");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the ledger is unavailable; retry\n",
+            )
+                .into_response()
+        }
+    }
 }
 
 /// A Twilio `CallSid`: `CA` and 32 hex digits (ids from other carriers
@@ -170,7 +244,7 @@ fn public_host(cfg: &Config) -> Option<String> {
 }
 
 /// `application/x-www-form-urlencoded` pairs; `None` when not UTF-8.
-fn form(body: &[u8]) -> Option<Vec<(String, String)>> {
+fn form(body: &[u8]) -> Option<Form> {
     let text = std::str::from_utf8(body).ok()?;
     let mut out = Vec::new();
     for pair in text.split('&').filter(|p| !p.is_empty()) {
