@@ -210,8 +210,8 @@ fn carrier_call_id(query: Option<&str>) -> Result<String, String> {
         if found.is_some() {
             return Err("carrier_call_id given twice".into());
         }
-        let decoded =
-            percent_decode(value).ok_or("carrier_call_id is not valid percent-encoding")?;
+        let decoded = crate::text::form_decode(value)
+            .ok_or("carrier_call_id is not valid percent-encoding")?;
         found = Some(decoded);
     }
     let id = found.ok_or("carrier_call_id is required (or ask /v1/sessions/{id})")?;
@@ -221,32 +221,6 @@ fn carrier_call_id(query: Option<&str>) -> Result<String, String> {
         ));
     }
     Ok(id)
-}
-
-/// `application/x-www-form-urlencoded` value decoding (`+` is a space);
-/// `None` for a broken escape or bytes that are not UTF-8.
-fn percent_decode(value: &str) -> Option<String> {
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// Admitted and refused sessions under one carrier id, oldest first, at

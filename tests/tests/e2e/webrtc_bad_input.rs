@@ -197,6 +197,19 @@ async fn every_bad_offer_gets_its_own_refusal_and_a_good_one_still_works() {
     h.assert_webrtc_clear().await;
 }
 
+/// POSTs the good [`OFFER`], with `key` as the bearer (if any).
+async fn post_offer(h: &Harness, key: Option<&str>) -> reqwest::Response {
+    callgate::ensure_tls_provider();
+    let mut req = reqwest::Client::new()
+        .post(format!("http://{}/v1/webrtc", h.server.addr))
+        .header("content-type", "application/sdp")
+        .body(OFFER);
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    req.send().await.unwrap()
+}
+
 /// `GET url` with `key` as the bearer (if any): the status and the JSON.
 async fn get_json(url: &str, key: Option<&str>) -> (u16, serde_json::Value) {
     callgate::ensure_tls_provider();
@@ -216,14 +229,7 @@ async fn a_server_that_does_not_serve_conversations_says_so() {
         c.webrtc.conversation = false;
     })
     .await;
-    callgate::ensure_tls_provider();
-    let r = reqwest::Client::new()
-        .post(format!("http://{}/v1/webrtc", h.server.addr))
-        .header("content-type", "application/sdp")
-        .body(OFFER)
-        .send()
-        .await
-        .unwrap();
+    let r = post_offer(&h, None).await;
     assert_eq!(r.status().as_u16(), 201);
     let location = r.headers()["location"].to_str().unwrap().to_string();
     let url = format!("http://{}{location}/conversation", h.server.addr);
@@ -301,15 +307,7 @@ async fn without_webrtc_open_an_offer_needs_a_partner_key() {
         (401, Some("unauthorized")),
         "{json}"
     );
-    callgate::ensure_tls_provider();
-    let r = reqwest::Client::new()
-        .post(format!("http://{}/v1/webrtc", h.server.addr))
-        .header("content-type", "application/sdp")
-        .header("authorization", "Bearer acme-key")
-        .body(OFFER)
-        .send()
-        .await
-        .unwrap();
+    let r = post_offer(&h, Some("acme-key")).await;
     assert_eq!(r.status().as_u16(), 201);
     let location = r.headers()["location"].to_str().unwrap().to_string();
     assert!(location.starts_with("/v1/webrtc/sessions/"));

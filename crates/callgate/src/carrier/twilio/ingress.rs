@@ -51,28 +51,10 @@ pub async fn media_stream(
     ws: WebSocketUpgrade,
 ) -> Response {
     let cfg = app.cfg();
-    let keys = signature::SigningKeys {
-        auth_token: cfg.twilio.auth_token.as_deref().filter(|t| !t.is_empty()),
-        shared_key_secret: cfg
-            .twilio
-            .shared_key_secret
-            .as_deref()
-            .filter(|k| !k.is_empty()),
-    };
+    let keys = signature::SigningKeys::of(&cfg.twilio);
     if keys.any() {
         let urls = signed_urls(cfg.twilio.public_url.as_deref(), &headers, &uri);
-        // Not visible ASCII: kept (lossily) so that a garbled settings
-        // header is refused rather than read as absent.
-        let header = |name| {
-            headers
-                .get(name)
-                .map(|v| String::from_utf8_lossy(v.as_bytes()))
-        };
-        let sig = header(signature::SIGNATURE_HEADER);
-        let settings = header(signature::SIGNATURE_SETTINGS_HEADER);
-        if let Err(why) =
-            signature::verify_signature(keys, &urls, &[], sig.as_deref(), settings.as_deref())
-        {
+        if let Err(why) = signature::verify_request(keys, &urls, &[], &headers) {
             warn!(url = %urls[0], why = %why, kind = why.kind(), "media stream refused: invalid X-Twilio-Signature");
             metrics::counter!(m::PROTOCOL_ERRORS, "kind" => "bad_signature").increment(1);
             return (StatusCode::FORBIDDEN, "invalid X-Twilio-Signature").into_response();
@@ -97,7 +79,7 @@ pub async fn media_stream(
 /// (the scheme this listener sees when TLS ends at a proxy). The HMAC, not
 /// the scheme, is what authenticates. Each is also tried with a trailing
 /// `/` and without and with its port ([`signature::url_candidates`]).
-pub(super) fn signed_urls(public: Option<&str>, headers: &HeaderMap, uri: &Uri) -> Vec<String> {
+fn signed_urls(public: Option<&str>, headers: &HeaderMap, uri: &Uri) -> Vec<String> {
     if let Some(p) = public.filter(|p| !p.is_empty()) {
         return vec![p.to_string()];
     }

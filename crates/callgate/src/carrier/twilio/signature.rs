@@ -90,6 +90,17 @@ pub struct SigningKeys<'a> {
     pub shared_key_secret: Option<&'a str>,
 }
 
+impl<'a> SigningKeys<'a> {
+    /// The secrets `[twilio]` configures (empty ones are unset).
+    pub fn of(cfg: &'a crate::config::TwilioConfig) -> SigningKeys<'a> {
+        let set = |s: &'a Option<String>| s.as_deref().filter(|s| !s.is_empty());
+        SigningKeys {
+            auth_token: set(&cfg.auth_token),
+            shared_key_secret: set(&cfg.shared_key_secret),
+        }
+    }
+}
+
 impl SigningKeys<'_> {
     /// Whether any secret is configured (signatures are then required).
     pub fn any(&self) -> bool {
@@ -212,6 +223,25 @@ pub fn verify_signature(
         mac_matches(algorithm, key, signed.as_bytes(), &sig)
     });
     if valid { Ok(signer) } else { Err(mismatch) }
+}
+
+/// [`verify_signature`] with the signature and its settings read from a
+/// request's headers. A header that is not visible ASCII is kept (lossily)
+/// so that a garbled settings header is refused rather than read as absent.
+pub fn verify_request(
+    keys: SigningKeys<'_>,
+    urls: &[String],
+    params: &[(&str, &str)],
+    headers: &http::HeaderMap,
+) -> Result<Signer, SignatureError> {
+    let header = |name| {
+        headers
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()))
+    };
+    let sig = header(SIGNATURE_HEADER);
+    let settings = header(SIGNATURE_SETTINGS_HEADER);
+    verify_signature(keys, urls, params, sig.as_deref(), settings.as_deref())
 }
 
 /// Checks `X-Twilio-Signature` made with the auth token (HMAC-SHA1) for a

@@ -41,6 +41,7 @@ use crate::ingress::Refusal;
 use crate::leg::{Ingress, LegFormat};
 use crate::metrics as m;
 use crate::prompts::Prompt;
+use crate::text::form_decode;
 
 /// Where the overflow prompt is served for `<Play>`.
 pub const OVERFLOW_PROMPT_PATH: &str = "/v1/twilio/prompts/overflow.wav";
@@ -59,7 +60,7 @@ pub async fn voice(
 ) -> Response {
     let cfg = app.cfg();
     if !cfg.twilio.webhook.enabled {
-        return (StatusCode::NOT_FOUND, "the Twilio webhook is not enabled\n").into_response();
+        return not_enabled();
     }
     let (status, outcome, answer) = match checked(&cfg, &headers, &uri, &body) {
         Err((status, why)) => (status, why, format!("{why}\n")),
@@ -73,6 +74,11 @@ pub async fn voice(
         return (status, answer).into_response();
     }
     ([(header::CONTENT_TYPE, "text/xml; charset=utf-8")], answer).into_response()
+}
+
+fn not_enabled() -> Response {
+    let why = "the Twilio webhook is not enabled (twilio.webhook.enabled)\n";
+    (StatusCode::NOT_FOUND, why).into_response()
 }
 
 /// The request's `CallSid`, once its size, signature and form are good.
@@ -129,7 +135,7 @@ pub async fn status(
 ) -> Response {
     let cfg = app.cfg();
     if !cfg.twilio.webhook.enabled {
-        return (StatusCode::NOT_FOUND, "the Twilio webhook is not enabled\n").into_response();
+        return not_enabled();
     }
     let (sid, params) = match checked_form(&cfg, &headers, &uri, &body) {
         Ok(x) => x,
@@ -181,30 +187,16 @@ fn verify(
     uri: &Uri,
     params: &[(String, String)],
 ) -> Result<(), ()> {
-    let keys = signature::SigningKeys {
-        auth_token: cfg.twilio.auth_token.as_deref().filter(|t| !t.is_empty()),
-        shared_key_secret: cfg
-            .twilio
-            .shared_key_secret
-            .as_deref()
-            .filter(|k| !k.is_empty()),
-    };
+    let keys = signature::SigningKeys::of(&cfg.twilio);
     if !keys.any() {
         return Ok(());
     }
     let urls = signed_urls(cfg, headers, uri);
-    let header = |name| {
-        headers
-            .get(name)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()))
-    };
-    let sig = header(signature::SIGNATURE_HEADER);
-    let settings = header(signature::SIGNATURE_SETTINGS_HEADER);
     let pairs: Vec<(&str, &str)> = params
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    signature::verify_signature(keys, &urls, &pairs, sig.as_deref(), settings.as_deref())
+    signature::verify_request(keys, &urls, &pairs, headers)
         .map(|_| ())
         .map_err(|why| {
             warn!(url = %urls[0], why = %why, kind = why.kind(), "Twilio webhook refused: invalid X-Twilio-Signature");
@@ -249,33 +241,9 @@ fn form(body: &[u8]) -> Option<Form> {
     let mut out = Vec::new();
     for pair in text.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        out.push((decode(k)?, decode(v)?));
+        out.push((form_decode(k)?, form_decode(v)?));
     }
     Some(out)
-}
-
-fn decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// The gate's answer for `call_sid`, as TwiML.
