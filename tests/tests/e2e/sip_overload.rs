@@ -140,11 +140,17 @@ async fn refused_calls_hear_the_prompt_then_are_referred() {
     assert_refusals_say_congestion(&out);
     assert_served(&h).await;
     let metrics = h.metrics_text().await;
-    let heard = metrics.lines().find(|l| {
-        l.starts_with("callgate_overflow_calls_total") && l.contains("prompt_heard=\"true\"")
-    });
-    assert!(
-        heard.is_some_and(|l| l.ends_with(" 100")),
+    // Every reason's series is there from the start (primed at 0): the
+    // refused callers are the sum.
+    let heard: f64 = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("callgate_overflow_calls_total") && l.contains("prompt_heard=\"true\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(
+        heard, 100.0,
         "every refused caller heard the prompt: {metrics}"
     );
 }
