@@ -139,7 +139,7 @@ async fn aiortc_calls_speaks_hears_the_bot_and_hangs_up() {
     let h = harness(|_| {}).await;
     let dir = Scratch::new("aiortc-call").unwrap();
     let wav = caller_wav(&dir.path, &LINES, 4.0, 5.0);
-    let args = ["--wav", wav.to_str().unwrap(), "--talk-s", "24"];
+    let args = ["--wav", wav.to_str().unwrap(), "--talk-s", "28"];
     let mut client = Client::start(&h, "call", &args).await;
     let answered = client.event("answered", Duration::from_secs(20)).await;
     let url = answered["session"].as_str().unwrap().to_string();
