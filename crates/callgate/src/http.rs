@@ -1,5 +1,7 @@
 //! The HTTP surface: the media-stream endpoint, health, metrics, admin.
 //!
+//! `/metrics` needs the admin token once one is configured (readable by
+//! any peer until then: `serve --check` names it).
 //! `/admin/*` (and `/v1/sessions/{id}`, a receipt) is closed by default: without a configured
 //! `server.admin_token` only loopback peers are served; once a token is
 //! configured every request needs `Authorization: Bearer <token>` — from
@@ -68,9 +70,46 @@ fn operator_only(app: &Arc<App>) -> Router<Arc<App>> {
         .route("/admin/undrain", post(undrain))
         .route("/admin/audit", get(crate::audit_http::get_audit))
         .route_layer(middleware::from_fn_with_state(Arc::clone(app), admin_guard));
-    Router::new()
+    // `/metrics` is the instance's load, its refusals and its callers'
+    // latencies: behind the admin token once one is set (from every peer,
+    // as `/admin/*`); without a token, readable as before (a scraper on
+    // another host), and `serve --check` says so.
+    let metrics = Router::new()
         .route("/metrics", get(metrics_text))
-        .merge(admin)
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(app),
+            metrics_guard,
+        ));
+    metrics.merge(admin)
+}
+
+/// The layer in front of `/metrics`: the admin token when one is set.
+async fn metrics_guard(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let cfg = app.cfg();
+    let token = cfg.server.admin_token.as_deref().filter(|t| !t.is_empty());
+    let Some(token) = token else {
+        drop(cfg);
+        return next.run(request).await;
+    };
+    let auth = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip());
+    if peer.is_some_and(|ip| admin_allowed(ip, Some(token), auth)) {
+        drop(cfg);
+        return next.run(request).await;
+    }
+    info!(peer = ?peer, "metrics request refused: no admin token");
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        "admin token required: Authorization: Bearer <server.admin_token>\n",
+    )
+        .into_response()
 }
 
 /// Liveness: the process serves HTTP. Stays healthy while draining.

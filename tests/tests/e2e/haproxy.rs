@@ -225,6 +225,25 @@ async fn haproxy_starts_with_the_shipped_defaults_under_any_descriptor_limit() {
             "limit {nofile}: maxconn {maxconn}"
         );
     }
+    // The operator surface and the receipts are refused on the public side
+    // (before any backend is chosen); everything else goes to the pool
+    // (503 here: it is down).
+    let lb = Haproxy::start([nowhere; 2], &HaproxyOpts::default())
+        .await
+        .unwrap();
+    callgate::ensure_tls_provider();
+    for (path, want) in [
+        ("/v1/sessions/7c4e0d2a-9f1b-4c55-8a0e-3d2f6b1a9e77", 403),
+        ("/v1/sessions?carrier_call_id=CA1", 403),
+        ("/v1/sessions", 403),
+        ("/metrics", 403),
+        ("/admin/status", 403),
+        ("/readyz", 503),
+    ] {
+        let url = format!("http://{}{path}", lb.frontend());
+        let got = reqwest::get(url).await.unwrap().status().as_u16();
+        assert_eq!(got, want, "{path} through the shipped HAProxy");
+    }
     let pinned = HaproxyOpts {
         nofile: Some(4_096),
         maxconn: Some(10_000),

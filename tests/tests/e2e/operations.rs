@@ -286,9 +286,11 @@ async fn admin_endpoints_are_closed_to_remote_peers_without_the_token() {
         !h.server.app.call.gate.is_draining(),
         "a refused drain does not drain"
     );
-    // Loopback may look without a token.
+    // Loopback may look without a token; /metrics is readable by any peer
+    // until a token is set (serve --check names it).
     let (status, body) = admin(&h, LOOPBACK, "GET", "/admin/status", None).await;
     assert_eq!(status, 200, "{body}");
+    assert_eq!(admin(&h, REMOTE, "GET", "/metrics", None).await.0, 200);
 
     // A token configured: everyone needs it, loopback included.
     let mut cfg = h.server.app.cfg().as_ref().clone();
@@ -316,6 +318,12 @@ async fn admin_endpoints_are_closed_to_remote_peers_without_the_token() {
     .await;
     assert_eq!(status, 200, "{body}");
     assert!(!h.server.app.call.gate.is_draining());
+    // /metrics too, once a token is set: without it 401, with it 200.
+    let (status, _) = admin(&h, LOOPBACK, "GET", "/metrics", None).await;
+    assert_eq!(status, 401, "metrics need the token once one is set");
+    let (status, body) = admin(&h, REMOTE, "GET", "/metrics", Some("Bearer op-token-1")).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("callgate_calls_active"), "{body}");
 
     h.assert_all_closed().await;
     h.stop().await;

@@ -37,7 +37,7 @@ impl Config {
             out.push(Exposure {
                 key: "server.admin_token",
                 addr: admin,
-                message: "server.admin_token is not set: /admin/* accepts requests from loopback only until it is",
+                message: "server.admin_token is not set: /metrics is readable by anyone who can reach this listener, and /admin/* and /v1/sessions accept loopback only until it is",
             });
         }
         if exposed(http) && unset(&self.twilio.auth_token) && unset(&self.twilio.shared_key_secret)
